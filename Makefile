@@ -1,0 +1,63 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+# Everything installs into .venv/ in the repo root; all targets use .venv/bin/python.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+DEPS_STAMP := $(VENV)/.vtpu-deps
+# Importing torch during the build must not try to autoload the half-built backend.
+export TORCH_DEVICE_BACKEND_AUTOLOAD := 0
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test build system-deps engine-test python-test opinfo-full bench clean
+
+demo: build
+	$(VPY) -m torch_vtpu demo
+
+test: build engine-test python-test
+
+system-deps:
+	@missing=""; \
+	for pkg in g++ cmake ninja-build libgtest-dev ccache; do \
+	  dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+
+$(DEPS_STAMP): pyproject.toml | $(VPY)
+	$(VPY) -m pip install -q --upgrade pip
+	# torch pinned: the CPU wheel on disk (an unpinned torch would pull a CUDA build).
+	$(VPY) -m pip install -q torch==2.13.0 numpy pytest scikit-build-core ninja "cmake>=3.22" \
+	    transformers==5.23.0 accelerate==1.15.0 tqdm
+	touch $@
+
+build: system-deps $(DEPS_STAMP)
+	$(VPY) -m pip install -q --no-build-isolation -e . 2>&1 | grep -v "^WARNING: Location" || true
+	@$(VPY) -c "import torch, torch_vtpu; assert torch.vtpu.is_available()" \
+	  || { echo "torch_vtpu failed to build or import"; exit 1; }
+
+engine-test: system-deps $(DEPS_STAMP)
+	$(VENV)/bin/cmake -S engine -B build/engine -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	    -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja >/dev/null
+	$(VENV)/bin/cmake --build build/engine -j2
+	$(VENV)/bin/ctest --test-dir build/engine --output-on-failure
+
+python-test: build
+	$(VPY) -m pytest -q tests/python
+
+# The whole OpInfo sweep (float32/bfloat16/int64 forward, float32 gradients);
+# writes docs/opinfo_failures.md.
+opinfo-full: build
+	VTPU_OPINFO_FULL=1 $(VPY) -m pytest -q tests/python/test_opinfo.py -p no:cacheprovider || true
+	$(VPY) tests/python/opinfo_report.py
+
+bench: build
+	$(VPY) -m torch_vtpu bench
+
+clean:
+	rm -rf build

@@ -1,0 +1,41 @@
+// Helpers shared by the bridge's ATen-facing files: making vtpu tensors,
+// viewing vtpu memory as CPU tensors for ATen's CPU kernels, and checks.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+
+#include <cstdint>
+
+namespace vtpu::bridge {
+
+constexpr c10::DeviceType kVtpu = c10::DeviceType::PrivateUse1;
+
+c10::Allocator* device_allocator();
+
+// A new vtpu tensor; memory comes from the engine's caching allocator.
+at::Tensor empty_device(c10::IntArrayRef sizes, c10::ScalarType dtype,
+                        std::optional<c10::MemoryFormat> memory_format = std::nullopt);
+at::Tensor empty_device_strided(c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                                c10::ScalarType dtype);
+
+// A CPU tensor over the same bytes as `device_tensor` (zero-copy): ATen's CPU
+// kernels compute directly in device memory. The caller keeps `device_tensor`
+// alive for as long as the alias is used.
+at::Tensor cpu_alias(const at::Tensor& device_tensor);
+
+// The device's default generator (Philox: seed + offset).
+const at::Generator& default_generator();
+// A CPU generator seeded from the vtpu generator's next counter value: the
+// host-kernel path hands it to ATen's CPU random kernels, so values depend on
+// (seed, op order) only, never on thread timing or mode.
+at::Generator host_generator_for(const std::optional<at::Generator>& vtpu_generator);
+
+}  // namespace vtpu::bridge
+
+namespace vtpu::bridge {
+// Grows or shrinks a vtpu storage to `new_nbytes`, keeping the common prefix.
+// Waits for the stream first: queued kernels may still write the old bytes.
+void resize_storage_bytes(const c10::Storage& storage, std::size_t new_nbytes);
+}  // namespace vtpu::bridge

@@ -1,0 +1,114 @@
+#include "device_context.h"
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include "vtpu/runtime/memory_size.h"
+
+namespace vtpu::bridge {
+namespace {
+
+std::function<void()>& worker_start_hook() {
+  static std::function<void()> hook;
+  return hook;
+}
+
+Mode initial_mode() {
+  const char* env = std::getenv("VTPU_MODE");
+  if (env == nullptr || *env == '\0') return Mode::kStrict;
+  try {
+    return parse_mode(env);
+  } catch (const std::invalid_argument&) {
+    // An unusable VTPU_MODE must not make `import torch_vtpu` fail with an
+    // opaque error; Python re-validates it and warns.
+    return Mode::kStrict;
+  }
+}
+
+}  // namespace
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::kDebug: return "debug";
+    case Mode::kStrict: return "strict";
+    case Mode::kFused: return "fused";
+  }
+  return "strict";
+}
+
+Mode parse_mode(const std::string& name) {
+  if (name == "debug") return Mode::kDebug;
+  if (name == "strict") return Mode::kStrict;
+  if (name == "fused") return Mode::kFused;
+  throw std::invalid_argument("unknown vtpu mode '" + name +
+                              "': expected one of 'debug', 'strict', 'fused'");
+}
+
+void Metrics::count_host_fallback(const std::string& op_name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++host_fallback_ops_[op_name];
+}
+
+void Metrics::count_sync(const char* reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++syncs_[reason];
+}
+
+MetricsSnapshot Metrics::snapshot() const {
+  MetricsSnapshot s;
+  s.ops = ops_.load();
+  s.kernels_launched = kernels_.load();
+  s.cache_hits = {{"memory", 0}, {"disk", 0}, {"shared", 0}};
+  std::lock_guard<std::mutex> lock(mutex_);
+  s.host_fallback_ops = host_fallback_ops_;
+  s.syncs = syncs_;
+  return s;
+}
+
+void Metrics::reset() {
+  ops_ = 0;
+  kernels_ = 0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  host_fallback_ops_.clear();
+  syncs_.clear();
+}
+
+void set_worker_start_hook(std::function<void()> hook) { worker_start_hook() = std::move(hook); }
+
+DeviceContext::DeviceContext()
+    : allocator_(runtime::default_device_capacity()),
+      mode_(initial_mode()),
+      stream_(std::make_unique<runtime::Stream>([] {
+        if (worker_start_hook()) worker_start_hook()();
+      })) {}
+
+DeviceContext& DeviceContext::get() {
+  // Leaked on purpose: tensors still alive during interpreter shutdown free
+  // into the allocator after static destructors would have run.
+  static DeviceContext* context = new DeviceContext();
+  return *context;
+}
+
+void DeviceContext::set_mode(Mode mode) {
+  if (mode == Mode::kDebug && mode_.load() != Mode::kDebug) synchronize("mode_change");
+  mode_.store(mode, std::memory_order_release);
+}
+
+void DeviceContext::launch(std::function<void()> kernel) {
+  metrics_.count_kernel();
+  // Autograd may run device work on a thread of its own; a kernel launched
+  // from inside a stream task (nested op) must not wait for itself.
+  if (mode() == Mode::kDebug || stream_->on_worker_thread()) {
+    kernel();
+    return;
+  }
+  stream_->enqueue(std::move(kernel));
+}
+
+void DeviceContext::synchronize(const char* reason) {
+  metrics_.count_sync(reason);
+  if (stream_->on_worker_thread()) return;
+  stream_->synchronize();
+}
+
+}  // namespace vtpu::bridge

@@ -1,0 +1,86 @@
+// The process-wide vtpu device state the bridge shares between its parts:
+// the engine allocator and stream, the execution mode and the metrics.
+// No ATen headers here, so every bridge file can include it cheaply.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "vtpu/runtime/allocator.h"
+#include "vtpu/runtime/stream.h"
+
+namespace vtpu::bridge {
+
+enum class Mode { kDebug, kStrict, kFused };
+
+const char* mode_name(Mode mode);
+// Throws std::invalid_argument naming the accepted modes.
+Mode parse_mode(const std::string& name);
+
+struct MetricsSnapshot {
+  std::uint64_t ops = 0;
+  std::uint64_t kernels_launched = 0;
+  std::uint64_t fused_kernels = 0;
+  std::uint64_t compiles = 0;
+  std::uint64_t cache_misses = 0;
+  std::map<std::string, std::uint64_t> cache_hits;         // memory, disk, shared
+  std::map<std::string, std::uint64_t> host_fallback_ops;  // aten op name -> count
+  std::map<std::string, std::uint64_t> syncs;              // reason -> count
+};
+
+class Metrics {
+ public:
+  void count_op() { ops_.fetch_add(1, std::memory_order_relaxed); }
+  void count_kernel() { kernels_.fetch_add(1, std::memory_order_relaxed); }
+  void count_host_fallback(const std::string& op_name);
+  void count_sync(const char* reason);
+  MetricsSnapshot snapshot() const;
+  void reset();
+
+ private:
+  std::atomic<std::uint64_t> ops_{0};
+  std::atomic<std::uint64_t> kernels_{0};
+  mutable std::mutex mutex_;
+  std::map<std::string, std::uint64_t> host_fallback_ops_;
+  std::map<std::string, std::uint64_t> syncs_;
+};
+
+class DeviceContext {
+ public:
+  static DeviceContext& get();
+
+  runtime::Allocator& allocator() { return allocator_; }
+  runtime::Stream& stream() { return *stream_; }
+  Metrics& metrics() { return metrics_; }
+
+  Mode mode() const { return mode_.load(std::memory_order_acquire); }
+  // Entering debug drains the stream first, so that debug's inline execution
+  // never overtakes work that strict mode queued earlier.
+  void set_mode(Mode mode);
+
+  // Runs `kernel` now (debug) or enqueues it (strict, fused), counting it.
+  void launch(std::function<void()> kernel);
+
+  // Waits for the stream and raises the first asynchronous error, counting
+  // the synchronisation under `reason`.
+  void synchronize(const char* reason);
+
+
+ private:
+  DeviceContext();
+  runtime::Allocator allocator_;
+  Metrics metrics_;
+  std::atomic<Mode> mode_;
+  // Last member: the worker is joined (drained) before the allocator dies.
+  std::unique_ptr<runtime::Stream> stream_;
+};
+
+// Set by the ATen side: per-thread set-up for the stream's worker (ATen's
+// thread-local dispatch state). Called once when the worker starts.
+void set_worker_start_hook(std::function<void()> hook);
+
+}  // namespace vtpu::bridge

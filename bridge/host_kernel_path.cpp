@@ -1,0 +1,409 @@
+// The host-kernel path: every ATen op without a vtpu kernel of its own runs
+// ATen's CPU kernel directly on device memory (zero-copy aliases), queued on
+// the device stream. Output metadata comes from the op's meta kernel at
+// dispatch, so Python never waits; ops whose output shape depends on data,
+// or that return host values, synchronise and run at once.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/util/SmallVector.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "aten_bridge.h"
+#include "device_context.h"
+#include "out_variant_index.h"
+
+namespace vtpu::bridge {
+namespace {
+
+using Stack = torch::jit::Stack;
+
+bool on_device(const at::Tensor& t) { return t.defined() && t.device().type() == kVtpu; }
+
+bool is_optional_generator(const c10::Argument& arg) {
+  const auto& type = arg.type();
+  if (type->kind() != c10::TypeKind::OptionalType) return false;
+  return type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
+
+// Applies `fn` to every tensor inside an argument (tensor, optional tensor,
+// tensor list, list of optional tensors) and returns the rewritten value.
+template <typename Fn>
+c10::IValue map_tensors(const c10::IValue& value, Fn&& fn) {
+  if (value.isTensor()) return fn(value.toTensor());
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> out;
+    const auto list = value.toTensorList();
+    out.reserve(list.size());
+    for (const at::Tensor& t : list) out.push_back(fn(t));
+    return out;
+  }
+  if (value.isList()) {
+    const auto list = value.toList();
+    bool has_tensor = false;
+    for (const c10::IValue& e : list) has_tensor |= e.isTensor();
+    if (!has_tensor) return value;
+    c10::impl::GenericList out(list.elementType());
+    out.reserve(list.size());
+    for (const c10::IValue& e : list) out.push_back(e.isTensor() ? c10::IValue(fn(e.toTensor())) : e);
+    return out;
+  }
+  return value;
+}
+
+template <typename Fn>
+void for_each_tensor(const c10::IValue& value, Fn&& fn) {
+  if (value.isTensor()) {
+    fn(value.toTensor());
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorList()) fn(t);
+  } else if (value.isList()) {
+    for (const c10::IValue& e : value.toListRef())
+      if (e.isTensor()) fn(e.toTensor());
+  }
+}
+
+c10::IValue replace_device(const c10::IValue& value, c10::DeviceType to) {
+  if (value.isDevice() && value.toDevice().type() == kVtpu) return c10::Device(to);
+  return value;
+}
+
+// Like CUDA: tensors of one op live on one device, except CPU scalars (0-dim)
+// and index lists, which ATen accepts from the host.
+void check_devices(const c10::FunctionSchema& schema, const Stack& stack, std::size_t first) {
+  const auto& args = schema.arguments();
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& value = stack[first + i];
+    if (!value.isTensor() && !value.isTensorList()) continue;
+    for_each_tensor(value, [&](const at::Tensor& t) {
+      if (!t.defined() || on_device(t)) return;
+      if (t.device().is_cpu() && t.dim() == 0) return;
+      TORCH_CHECK(false,
+                  "Expected all tensors to be on the same device, but found at least two devices, "
+                  "vtpu:0 and ", t.device(), "! (when checking argument '", args[i].name(),
+                  "' in method ", schema.operator_name(), ")");
+    });
+  }
+}
+
+// Meta tensors mirroring the device tensors, sharing one meta storage per
+// device storage so that meta kernels see the same aliasing.
+class MetaMirror {
+ public:
+  at::Tensor operator()(const at::Tensor& t) {
+    if (!on_device(t)) return t;
+    c10::StorageImpl* key = t.storage().unsafeGetStorageImpl();
+    c10::Storage* storage = nullptr;
+    for (auto& [k, s] : storages_)
+      if (k == key) storage = &s;
+    if (storage == nullptr) {
+      storages_.emplace_back(key, c10::Storage(c10::Storage::use_byte_size_t(), key->nbytes(),
+                                               c10::DataPtr(nullptr, c10::Device(c10::kMeta)),
+                                               c10::GetAllocator(c10::kMeta), /*resizable=*/true));
+      storage = &storages_.back().second;
+    }
+    at::Tensor meta = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(*storage), c10::DispatchKeySet(c10::DispatchKey::Meta), t.dtype());
+    meta.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    return meta;
+  }
+
+ private:
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> storages_;
+};
+
+// A device tensor over `base`'s storage with `meta`'s dtype and geometry:
+// the device side of a view that a meta kernel computed.
+at::Tensor device_view(const at::Tensor& base, const at::Tensor& meta) {
+  at::Tensor view = at::detail::make_tensor<c10::TensorImpl>(
+      c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), meta.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides(), meta.storage_offset());
+  return view;
+}
+
+bool dense_strides(const at::Tensor& meta) {
+  return meta.is_non_overlapping_and_dense();
+}
+
+at::Tensor fresh_output_like(const at::Tensor& meta) {
+  if (dense_strides(meta)) return empty_device_strided(meta.sizes(), meta.strides(), meta.scalar_type());
+  return empty_device(meta.sizes(), meta.scalar_type());
+}
+
+// Index of the argument whose alias set the return `ret` shares.
+std::optional<std::size_t> aliased_argument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
+  if (!ret.alias_info()) return std::nullopt;
+  const auto& args = schema.arguments();
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const auto* info = args[i].alias_info();
+    if (info && info->beforeSets() == ret.alias_info()->beforeSets()) return i;
+  }
+  return std::nullopt;
+}
+
+bool returns_only_tensors(const c10::FunctionSchema& schema) {
+  for (const auto& ret : schema.returns()) {
+    const auto kind = ret.type()->kind();
+    if (kind == c10::TypeKind::TensorType) continue;
+    if (kind == c10::TypeKind::ListType &&
+        ret.type()->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::TensorType)
+      continue;
+    return false;
+  }
+  return true;
+}
+
+std::string op_name(const c10::OperatorHandle& op) {
+  const auto& name = op.operator_name();
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+// Ops known to lack a meta kernel: remembered so they skip straight to the
+// synchronous path instead of raising and catching every time.
+class NoMetaOps {
+ public:
+  bool contains(const c10::OperatorHandle& op) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return ops_.count(&op.schema()) != 0;
+  }
+  void add(const c10::OperatorHandle& op) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ops_.insert(&op.schema());
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_set<const c10::FunctionSchema*> ops_;
+};
+
+NoMetaOps& no_meta_ops() {
+  static NoMetaOps ops;
+  return ops;
+}
+
+// CPU aliases for the arguments, built at dispatch: they snapshot each
+// tensor's geometry (Python may restride the tensor before the kernel runs);
+// `keep_alive` holds the device storages until the kernel is done.
+Stack host_arguments(const c10::FunctionSchema& schema, const Stack& stack, std::size_t first,
+                     std::vector<c10::Storage>* keep_alive, bool snapshot_cpu_scalars) {
+  Stack host;
+  const auto& args = schema.arguments();
+  host.reserve(args.size());
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& value = stack[first + i];
+    if (is_optional_generator(args[i])) {
+      std::optional<at::Generator> generator;
+      if (value.isGenerator()) generator = value.toGenerator();
+      host.emplace_back(host_generator_for(generator));
+      continue;
+    }
+    if (value.isDevice()) {
+      host.push_back(replace_device(value, c10::DeviceType::CPU));
+      continue;
+    }
+    host.push_back(map_tensors(value, [&](const at::Tensor& t) -> at::Tensor {
+      if (on_device(t)) {
+        if (keep_alive) keep_alive->push_back(t.storage());
+        return cpu_alias(t);
+      }
+      // The caller may change a host scalar after we return.
+      return (snapshot_cpu_scalars && t.defined()) ? t.clone() : t;
+    }));
+  }
+  return host;
+}
+
+void add_stream_context(c10::Error& error, const std::string& name) {
+  error.add_context("[vtpu] raised by " + name +
+                    " on the device stream; it was queued earlier, so the Python line above is "
+                    "where the error surfaced, not where the op was called (VTPU_MODE=debug "
+                    "raises at the op's own line)");
+}
+
+// Runs the op at once on a drained stream and maps its results back to the
+// device: data-dependent shapes, host-value returns, ops without meta.
+void run_synchronously(const c10::OperatorHandle& op, Stack* stack, const char* reason) {
+  DeviceContext& context = DeviceContext::get();
+  const auto& schema = op.schema();
+  const std::size_t num_args = schema.arguments().size();
+  const std::size_t first = stack->size() - num_args;
+  context.synchronize(reason);
+
+  std::vector<at::Tensor> device_args;
+  for (std::size_t i = first; i < stack->size(); ++i)
+    for_each_tensor((*stack)[i], [&](const at::Tensor& t) {
+      if (on_device(t)) device_args.push_back(t);
+    });
+  Stack host = host_arguments(schema, *stack, first, nullptr, false);
+  context.metrics().count_kernel();
+  op.callBoxed(host);
+
+  auto to_device = [&](const at::Tensor& result) -> at::Tensor {
+    if (!result.defined() || !result.device().is_cpu()) return result;
+    // A result over an argument's memory is that argument (in-place/out) or a view of it.
+    for (const at::Tensor& arg : device_args) {
+      if (result.storage().data() != arg.storage().data() || result.storage().data() == nullptr) continue;
+      if (result.sizes() == arg.sizes() && result.strides() == arg.strides() &&
+          result.storage_offset() == arg.storage_offset() && result.dtype() == arg.dtype())
+        return arg;
+      return device_view(arg, result);
+    }
+    at::Tensor out = result.is_non_overlapping_and_dense()
+                         ? empty_device_strided(result.sizes(), result.strides(), result.scalar_type())
+                         : empty_device(result.sizes(), result.scalar_type());
+    cpu_alias(out).copy_(result);
+    return out;
+  };
+  stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  for (const c10::IValue& ret : host) stack->push_back(map_tensors(ret, to_device));
+}
+
+void host_kernel_fallback(const c10::OperatorHandle& op, Stack* stack) {
+  DeviceContext& context = DeviceContext::get();
+  const auto& schema = op.schema();
+  const std::size_t num_args = schema.arguments().size();
+  const std::size_t first = stack->size() - num_args;
+  const std::string name = op_name(op);
+  context.metrics().count_op();
+  context.metrics().count_host_fallback(name);
+  check_devices(schema, *stack, first);
+
+  if (!returns_only_tensors(schema)) return run_synchronously(op, stack, "host_value_op");
+  if (no_meta_ops().contains(op)) return run_synchronously(op, stack, "op_without_meta");
+
+  // 1. Output metadata from the meta kernel.
+  MetaMirror mirror;
+  Stack meta;
+  meta.reserve(num_args);
+  for (std::size_t i = first; i < stack->size(); ++i)
+    meta.push_back(replace_device(map_tensors((*stack)[i], mirror), c10::kMeta));
+  Stack meta_args = meta;  // the call consumes `meta`; arguments may be resized by out= ops
+  try {
+    op.callBoxed(meta);
+  } catch (const c10::NotImplementedError&) {
+    no_meta_ops().add(op);
+    return run_synchronously(op, stack, "op_without_meta");
+  } catch (const std::exception&) {
+    // Python meta kernels raise Python exceptions; C++ ones raise c10::Error.
+    // Data-dependent output shapes (nonzero, boolean masks) cannot be
+    // inferred; genuine argument errors are raised again by the CPU kernel.
+    return run_synchronously(op, stack, "data_dependent_op");
+  }
+
+  // 2. Device outputs: arguments written in place, views of arguments, or
+  //    fresh buffers allocated now.
+  const auto& returns = schema.returns();
+  std::vector<c10::IValue> outputs(returns.size());
+  std::vector<at::Tensor> fresh;  // in return order, for the out= call
+  // Per returned tensor (lists flattened, in order): its index in `fresh`, or
+  // -1 when it aliases an argument.
+  std::vector<int> fresh_slots;
+  bool all_fresh_single_tensors = true;
+  for (std::size_t r = 0; r < returns.size(); ++r) {
+    const c10::Argument& ret = returns[r];
+    const auto alias = aliased_argument(schema, ret);
+    auto make = [&](const at::Tensor& meta_out, const c10::IValue& base) -> at::Tensor {
+      if (!meta_out.defined() || (alias && base.isTensor())) fresh_slots.push_back(-1);
+      if (!meta_out.defined()) return meta_out;
+      if (alias && base.isTensor()) {
+        const at::Tensor& arg = base.toTensor();
+        if (ret.alias_info()->isWrite()) {
+          // out= and in-place: the meta kernel may have resized the argument.
+          if (meta_out.sizes() != arg.sizes() || meta_out.strides() != arg.strides()) {
+            arg.unsafeGetTensorImpl()->set_sizes_and_strides(meta_out.sizes(), meta_out.strides(),
+                                                             meta_out.storage_offset());
+            const std::size_t needed = at::detail::computeStorageNbytes(
+                arg.sizes(), arg.strides(), arg.itemsize(), arg.storage_offset());
+            if (needed > arg.storage().nbytes()) resize_storage_bytes(arg.storage(), needed);
+          }
+          return arg;
+        }
+        return device_view(arg, meta_out);
+      }
+      at::Tensor out = fresh_output_like(meta_out);
+      fresh_slots.push_back(static_cast<int>(fresh.size()));
+      fresh.push_back(out);
+      return out;
+    };
+    const c10::IValue base = alias ? (*stack)[first + *alias] : c10::IValue();
+    if (meta[r].isNone()) {
+      outputs[r] = meta[r];
+      fresh_slots.push_back(-1);
+      all_fresh_single_tensors = false;
+    } else if (meta[r].isTensor()) {
+      outputs[r] = make(meta[r].toTensor(), base);
+      if (alias || !meta[r].toTensor().defined()) all_fresh_single_tensors = false;
+    } else {
+      all_fresh_single_tensors = false;
+      c10::List<at::Tensor> list;
+      const auto metas = meta[r].toTensorList();
+      const auto bases = base.isTensorList() ? base.toTensorList() : c10::List<at::Tensor>();
+      for (std::size_t k = 0; k < metas.size(); ++k)
+        list.push_back(make(metas.get(k), k < bases.size() ? c10::IValue(bases.get(k)) : base));
+      outputs[r] = list;
+    }
+  }
+
+  bool mutates = false;
+  for (const auto& arg : schema.arguments()) mutates |= arg.alias_info() && arg.alias_info()->isWrite();
+  if (fresh.empty() && !mutates) {
+    // Pure view op: nothing to compute.
+    stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+    for (auto& out : outputs) stack->push_back(std::move(out));
+    return;
+  }
+
+  // 3. The kernel: CPU aliases snapshotted now, executed in stream order.
+  auto keep_alive = std::make_shared<std::vector<c10::Storage>>();
+  Stack host = host_arguments(schema, *stack, first, keep_alive.get(), true);
+  std::optional<c10::OperatorHandle> out_op;
+  if (all_fresh_single_tensors && !mutates && !fresh.empty()) out_op = find_out_variant(op);
+  std::vector<at::Tensor> fresh_host;
+  for (const at::Tensor& t : fresh) {
+    keep_alive->push_back(t.storage());
+    fresh_host.push_back(cpu_alias(t));
+  }
+  if (out_op) {
+    for (const at::Tensor& t : fresh_host) host.emplace_back(t);
+  }
+  context.launch([op, out_op, host = std::move(host), fresh_host = std::move(fresh_host),
+                  fresh_slots = std::move(fresh_slots), keep_alive, name]() mutable {
+    try {
+      c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+      if (out_op) {
+        out_op->callBoxed(host);
+        return;
+      }
+      op.callBoxed(host);
+      // Fresh results were computed into CPU temporaries: copy them over.
+      // Returned aliases of arguments were written in place already.
+      std::size_t slot = 0;
+      for (const c10::IValue& ret : host) {
+        for_each_tensor(ret, [&](const at::Tensor& result) {
+          const int target = slot < fresh_slots.size() ? fresh_slots[slot] : -1;
+          ++slot;
+          if (target >= 0 && result.defined()) fresh_host[static_cast<std::size_t>(target)].copy_(result);
+        });
+      }
+    } catch (c10::Error& error) {
+      add_stream_context(error, name);
+      throw;
+    }
+  });
+
+  stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  for (auto& out : outputs) stack->push_back(std::move(out));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
+}
+
+}  // namespace vtpu::bridge

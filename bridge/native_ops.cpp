@@ -1,0 +1,241 @@
+// The minimal op set implemented natively for PrivateUse1: allocation,
+// views, resize, copies across the device boundary, scalar reads, set_, fill_
+// and zero_. Everything else reaches the host-kernel path (host_kernel_path.cpp).
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/library.h>
+
+#include "aten_bridge.h"
+#include "device_context.h"
+
+namespace vtpu::bridge {
+namespace {
+
+// Host-to-device copies up to this size are snapshotted and queued, so the
+// caller never waits; larger ones wait for the stream and copy in place,
+// avoiding a second copy of a whole checkpoint in memory.
+constexpr std::size_t kQueuedUploadLimit = std::size_t{16} << 20;
+
+const c10::DispatchKeySet kVtpuKeys(c10::DispatchKey::PrivateUse1);
+
+void check_device_arg(std::optional<c10::Device> device) {
+  TORCH_CHECK(!device.has_value() || device->type() == kVtpu,
+              "vtpu: expected a vtpu device, got ", device.value_or(c10::Device(kVtpu)));
+}
+
+void check_layout_arg(std::optional<c10::Layout> layout) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!layout.has_value() || *layout == c10::kStrided,
+                              "vtpu: only torch.strided tensors are supported, got layout ",
+                              *layout);
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout,
+                               std::optional<c10::Device> device, std::optional<bool>,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  check_device_arg(device);
+  check_layout_arg(layout);
+  DeviceContext::get().metrics().count_op();
+  return empty_device(size, dtype.value_or(at::get_default_dtype_as_scalartype()), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device, std::optional<bool>) {
+  check_device_arg(device);
+  check_layout_arg(layout);
+  DeviceContext::get().metrics().count_op();
+  return empty_device_strided(size, stride, dtype.value_or(at::get_default_dtype_as_scalartype()));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset) {
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) { return at::native::view(self, size); }
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  for (int64_t s : size) TORCH_CHECK(s >= 0, "vtpu: resize_ got a negative size ", size);
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  if (memory_format.has_value() && *memory_format != c10::MemoryFormat::Preserve)
+    impl->empty_tensor_restride(*memory_format);
+  const std::size_t needed = at::detail::computeStorageNbytes(
+      self.sizes(), self.strides(), self.itemsize(), self.storage_offset());
+  if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+  return self;
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  DeviceContext& context = DeviceContext::get();
+  context.metrics().count_op();
+  TORCH_CHECK(self.defined() && dst.defined(), "vtpu: _copy_from got an undefined tensor");
+  if (dst.numel() == 0) return dst;
+  const bool src_on_device = self.device().type() == kVtpu;
+  const bool dst_on_device = dst.device().type() == kVtpu;
+  TORCH_CHECK(src_on_device || self.device().is_cpu(), "vtpu: cannot copy from ", self.device());
+  TORCH_CHECK(dst_on_device || dst.device().is_cpu(), "vtpu: cannot copy to ", dst.device());
+
+  if (src_on_device && dst_on_device) {
+    context.launch([self, dst] { cpu_alias(dst).copy_(cpu_alias(self)); });
+    return dst;
+  }
+  if (src_on_device) {
+    // Device to host: the host reads the values now, so the stream must be done.
+    context.synchronize("copy_to_cpu");
+    at::Tensor dst_cpu = dst;
+    dst_cpu.copy_(cpu_alias(self));
+    return dst;
+  }
+  // Host to device.
+  const std::size_t nbytes = static_cast<std::size_t>(self.numel()) * self.itemsize();
+  if (context.mode() == Mode::kDebug) {
+    cpu_alias(dst).copy_(self);
+    return dst;
+  }
+  if (nbytes <= kQueuedUploadLimit || non_blocking) {
+    // The caller may overwrite its tensor as soon as we return: queue a snapshot.
+    at::Tensor snapshot = self.is_contiguous() ? self.clone() : self.contiguous();
+    if (snapshot.data_ptr() == self.data_ptr()) snapshot = self.clone();
+    context.launch([snapshot, dst] { cpu_alias(dst).copy_(snapshot); });
+    return dst;
+  }
+  context.synchronize("large_upload");
+  cpu_alias(dst).copy_(self);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (dst.device().type() == kVtpu) {
+    resize_(dst, self.sizes(), std::nullopt);
+  } else {
+    dst.resize_(self.sizes());
+  }
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  DeviceContext& context = DeviceContext::get();
+  context.metrics().count_op();
+  context.synchronize("item");
+  return at::_local_scalar_dense(cpu_alias(self));
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage source, int64_t storage_offset,
+                                      c10::IntArrayRef size, c10::IntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == kVtpu || source.nbytes() == 0,
+              "vtpu: set_ expects a vtpu storage, got one on ", source.device());
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_keep_dtype(std::move(source));
+  if (stride.empty()) {
+    impl->set_sizes_contiguous(size);
+    impl->set_storage_offset(storage_offset);
+  } else {
+    impl->set_sizes_and_strides(size, stride, storage_offset);
+  }
+  const std::size_t needed = at::detail::computeStorageNbytes(
+      self.sizes(), self.strides(), self.itemsize(), self.storage_offset());
+  if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) {
+  const int64_t numel = static_cast<int64_t>(source.nbytes() / self.itemsize());
+  return set_source_storage_offset(self, std::move(source), 0, {numel}, {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.is_same(source)) return self;
+  return set_source_storage_offset(self, source.storage(), source.storage_offset(), source.sizes(),
+                                   source.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, device_allocator(), /*resizable=*/true);
+  return set_source_storage_offset(self, std::move(storage), 0, {0}, {});
+}
+
+at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
+  DeviceContext& context = DeviceContext::get();
+  context.metrics().count_op();
+  if (self.numel() == 0) return self;
+  context.launch([self, value] { cpu_alias(self).fill_(value); });
+  return self;
+}
+
+at::Tensor& zero(at::Tensor& self) {
+  DeviceContext& context = DeviceContext::get();
+  context.metrics().count_op();
+  if (self.numel() == 0) return self;
+  context.launch([self] { cpu_alias(self).zero_(); });
+  return self;
+}
+
+// ATen's CPU dropout draws from the CPU generator internally; composing it
+// from vtpu ops routes its randomness through the vtpu generator instead.
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p,
+                                                  std::optional<bool> train) {
+  TORCH_CHECK_WITH(ValueError, p >= 0 && p <= 1,
+                   "dropout probability has to be between 0 and 1, but got ", p);
+  if (!train.value_or(true) || p == 0) {
+    return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  }
+  if (p == 1) {
+    return {at::zeros_like(input), at::zeros_like(input, input.options().dtype(at::kBool))};
+  }
+  const double keep = 1.0 - p;
+  at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool)).bernoulli_(keep);
+  at::Tensor output = input.mul(mask).mul_(1.0 / keep);
+  return {output, mask};
+}
+
+}  // namespace
+
+at::Tensor empty_device(c10::IntArrayRef sizes, c10::ScalarType dtype,
+                        std::optional<c10::MemoryFormat> memory_format) {
+  return at::detail::empty_generic(sizes, device_allocator(), kVtpuKeys, dtype, memory_format);
+}
+
+at::Tensor empty_device_strided(c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                                c10::ScalarType dtype) {
+  return at::detail::empty_strided_generic(sizes, strides, device_allocator(), kVtpuKeys, dtype);
+}
+
+at::Tensor cpu_alias(const at::Tensor& device_tensor) {
+  c10::StorageImpl* storage = device_tensor.storage().unsafeGetStorageImpl();
+  c10::DataPtr data(storage->mutable_data(), c10::Device(c10::DeviceType::CPU));
+  auto cpu_storage = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), storage->nbytes(), std::move(data),
+      /*allocator=*/nullptr, /*resizable=*/false);
+  at::Tensor alias = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(std::move(cpu_storage)), c10::DispatchKeySet(c10::DispatchKey::CPU),
+      device_tensor.dtype());
+  alias.unsafeGetTensorImpl()->set_sizes_and_strides(device_tensor.sizes(), device_tensor.strides(),
+                                                     device_tensor.storage_offset());
+  return alias;
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("view", TORCH_FN(view));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_source_storage_offset));
+  m.impl("set_.source_Tensor", TORCH_FN(set_source_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("fill_.Scalar", TORCH_FN(fill_scalar));
+  m.impl("zero_", TORCH_FN(zero));
+  m.impl("native_dropout", TORCH_FN(native_dropout));
+}
+
+}  // namespace vtpu::bridge

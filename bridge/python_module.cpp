@@ -1,0 +1,102 @@
+// torch_vtpu._C: the Python face of the bridge. Thin: state lives in the
+// engine and in DeviceContext; this file only converts.
+#include <ATen/ATen.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "aten_bridge.h"
+#include "device_context.h"
+#include "vtpu/runtime/error.h"
+#include "vtpu/runtime/memory_size.h"
+
+namespace py = pybind11;
+
+namespace vtpu::bridge {
+namespace {
+
+void synchronize_device() {
+  // Release the GIL: a queued kernel might need it (a Python kernel), and
+  // other Python threads should run while we wait.
+  py::gil_scoped_release no_gil;
+  DeviceContext::get().synchronize("synchronize");
+}
+
+py::dict metrics_dict() {
+  const MetricsSnapshot s = DeviceContext::get().metrics().snapshot();
+  py::dict d;
+  d["ops"] = s.ops;
+  d["kernels_launched"] = s.kernels_launched;
+  d["fused_kernels"] = s.fused_kernels;
+  d["compiles"] = s.compiles;
+  d["cache_hits"] = s.cache_hits;
+  d["cache_misses"] = s.cache_misses;
+  d["host_fallback_ops"] = s.host_fallback_ops;
+  d["syncs"] = s.syncs;
+  return d;
+}
+
+py::dict memory_stats() {
+  const auto s = DeviceContext::get().allocator().stats();
+  py::dict d;
+  d["allocated_bytes"] = s.allocated_bytes;
+  d["reserved_bytes"] = s.reserved_bytes;
+  d["peak_allocated_bytes"] = s.peak_allocated_bytes;
+  d["peak_reserved_bytes"] = s.peak_reserved_bytes;
+  d["allocations"] = s.allocations;
+  d["frees"] = s.frees;
+  d["cache_hits"] = s.cache_hits;
+  d["out_of_memory"] = s.out_of_memory;
+  d["capacity_bytes"] = DeviceContext::get().allocator().capacity();
+  return d;
+}
+
+// Runs `fn`, turning C++ errors into the matching Python exceptions
+// (c10::ValueError -> ValueError, OutOfMemoryError -> torch.OutOfMemoryError).
+template <typename Fn>
+void guarded(Fn&& fn) {
+  HANDLE_TH_ERRORS
+  fn();
+  END_HANDLE_TH_ERRORS_PYBIND
+}
+
+}  // namespace
+}  // namespace vtpu::bridge
+
+PYBIND11_MODULE(_C, m) {
+  using namespace vtpu::bridge;
+  m.doc() = "vTPU torch bridge";
+  m.def("_synchronize", [] { guarded([] { synchronize_device(); }); });
+  m.def("_get_mode", [] { return std::string(mode_name(DeviceContext::get().mode())); });
+  m.def("_set_mode", [](const std::string& name) { guarded([&] {
+    Mode mode;
+    try {
+      mode = parse_mode(name);
+    } catch (const std::invalid_argument& e) {
+      TORCH_CHECK_WITH(ValueError, false, e.what());
+    }
+    py::gil_scoped_release no_gil;
+    DeviceContext::get().set_mode(mode);
+  }); });
+  m.def("_metrics", &metrics_dict);
+  m.def("_reset_metrics", [] { DeviceContext::get().metrics().reset(); });
+  m.def("_memory_stats", &memory_stats);
+  m.def("_reset_peak_memory_stats", [] { DeviceContext::get().allocator().reset_peak_stats(); });
+  m.def("_empty_cache", [] { guarded([] {
+    py::gil_scoped_release no_gil;
+    // Queued kernels may still hold buffers; they return to the cache when done.
+    DeviceContext::get().synchronize("empty_cache");
+    DeviceContext::get().allocator().empty_cache();
+  }); });
+  m.def("_set_memory_limit", [](const std::string& text) { guarded([&] {
+    try {
+      DeviceContext::get().allocator().set_capacity(vtpu::runtime::parse_memory_size(text));
+    } catch (const vtpu::runtime::Error& e) {
+      TORCH_CHECK_WITH(ValueError, false, e.what());
+    }
+  }); });
+  m.def("_physical_memory", [] { return vtpu::runtime::physical_memory_bytes(); });
+  m.def("_stream_idle", [] { return DeviceContext::get().stream().query(); });
+  m.def("_default_generator", [] { return default_generator(); });
+}

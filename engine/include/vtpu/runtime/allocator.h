@@ -1,0 +1,65 @@
+// Caching device allocator. Device memory on the host target is host memory;
+// what makes it a *device* allocator is the capacity limit, the statistics and
+// the caching that keeps repeated same-size requests off malloc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace vtpu::runtime {
+
+struct AllocatorStats {
+  std::size_t allocated_bytes = 0;       // live blocks, rounded sizes
+  std::size_t reserved_bytes = 0;        // live + cached
+  std::size_t peak_allocated_bytes = 0;
+  std::size_t peak_reserved_bytes = 0;
+  std::uint64_t allocations = 0;
+  std::uint64_t frees = 0;
+  std::uint64_t cache_hits = 0;          // requests served from the cache
+  std::uint64_t out_of_memory = 0;       // requests refused for the capacity
+};
+
+class Allocator {
+ public:
+  static constexpr std::size_t kAlignment = 64;
+  static constexpr std::size_t kSmallLimit = std::size_t{1} << 20;
+  static constexpr std::size_t kLargeGranule = std::size_t{1} << 20;
+
+  explicit Allocator(std::size_t capacity_bytes);
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // Returns nullptr for zero bytes. Throws OutOfMemoryError when the request
+  // cannot fit under the capacity even after the cache is emptied; the
+  // allocator stays consistent and later requests are served.
+  void* allocate(std::size_t nbytes);
+  void deallocate(void* ptr);
+
+  void empty_cache();
+  AllocatorStats stats() const;
+  void reset_peak_stats();
+  std::size_t capacity() const;
+  void set_capacity(std::size_t capacity_bytes);
+  bool owns(const void* ptr) const;
+
+  // The size class a request is rounded to (exposed for tests).
+  static std::size_t round_size(std::size_t nbytes);
+
+ private:
+  void* take_cached_locked(std::size_t rounded, std::size_t* block_size);
+  void release_cache_locked();
+
+  mutable std::mutex mutex_;
+  std::size_t capacity_;
+  AllocatorStats stats_;
+  std::unordered_map<void*, std::size_t> live_;                 // ptr -> rounded size
+  std::unordered_map<std::size_t, std::vector<void*>> small_free_;  // exact class
+  std::multimap<std::size_t, void*> large_free_;                    // best fit
+};
+
+}  // namespace vtpu::runtime

@@ -1,0 +1,167 @@
+#include "vtpu/runtime/allocator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "vtpu/runtime/error.h"
+
+namespace vtpu::runtime {
+namespace {
+
+std::string human_bytes(std::size_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(n);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.2f %s", value, units[unit]);
+  return buffer;
+}
+
+}  // namespace
+
+Allocator::Allocator(std::size_t capacity_bytes) : capacity_(capacity_bytes) {}
+
+Allocator::~Allocator() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_cache_locked();
+  // Live blocks at process exit belong to tensors that outlive the allocator
+  // (static destruction order); freeing them here would be a use-after-free
+  // hazard for their owners, so they are left to the OS.
+}
+
+std::size_t Allocator::round_size(std::size_t nbytes) {
+  if (nbytes == 0) return 0;
+  if (nbytes <= kSmallLimit) return (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  return (nbytes + kLargeGranule - 1) / kLargeGranule * kLargeGranule;
+}
+
+void* Allocator::take_cached_locked(std::size_t rounded, std::size_t* block_size) {
+  *block_size = rounded;
+  if (rounded <= kSmallLimit) {
+    auto it = small_free_.find(rounded);
+    if (it == small_free_.end() || it->second.empty()) return nullptr;
+    void* ptr = it->second.back();
+    it->second.pop_back();
+    return ptr;
+  }
+  // Best fit, but never hand out a block more than 25% larger than asked:
+  // that waste would be invisible to the user yet count against capacity.
+  auto it = large_free_.lower_bound(rounded);
+  if (it == large_free_.end() || it->first > rounded + rounded / 4) return nullptr;
+  void* ptr = it->second;
+  *block_size = it->first;  // the block keeps its true size in the accounting
+  large_free_.erase(it);
+  return ptr;
+}
+
+void* Allocator::allocate(std::size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  const std::size_t rounded = round_size(nbytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (rounded < nbytes || rounded > capacity_) {
+    ++stats_.out_of_memory;
+    throw OutOfMemoryError("vtpu out of memory: tried to allocate " + human_bytes(nbytes) +
+                           "; device capacity is " + human_bytes(capacity_) +
+                           " (set by VTPU_MEMORY_LIMIT)");
+  }
+  std::size_t block = rounded;
+  void* ptr = take_cached_locked(rounded, &block);
+  if (ptr != nullptr) {
+    ++stats_.cache_hits;
+    live_[ptr] = block;
+    stats_.allocated_bytes += block;
+  } else {
+    if (stats_.reserved_bytes + rounded > capacity_) release_cache_locked();
+    if (stats_.reserved_bytes + rounded > capacity_) {
+      ++stats_.out_of_memory;
+      throw OutOfMemoryError("vtpu out of memory: tried to allocate " + human_bytes(nbytes) +
+                             "; " + human_bytes(stats_.allocated_bytes) + " already allocated, " +
+                             human_bytes(capacity_) + " capacity (VTPU_MEMORY_LIMIT)");
+    }
+    ptr = std::aligned_alloc(kAlignment, rounded);
+    if (ptr == nullptr) {
+      release_cache_locked();
+      ptr = std::aligned_alloc(kAlignment, rounded);
+    }
+    if (ptr == nullptr) {
+      ++stats_.out_of_memory;
+      throw OutOfMemoryError("vtpu out of memory: the host refused " + human_bytes(rounded));
+    }
+    live_[ptr] = rounded;
+    stats_.reserved_bytes += rounded;
+    stats_.allocated_bytes += rounded;
+  }
+  ++stats_.allocations;
+  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+  return ptr;
+}
+
+void Allocator::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) return;  // not ours: ignoring beats corrupting the heap
+  const std::size_t block = it->second;
+  live_.erase(it);
+  stats_.allocated_bytes -= block;
+  ++stats_.frees;
+  if (block <= kSmallLimit) {
+    small_free_[block].push_back(ptr);
+  } else {
+    large_free_.emplace(block, ptr);
+  }
+}
+
+void Allocator::release_cache_locked() {
+  for (auto& [size, ptrs] : small_free_) {
+    for (void* p : ptrs) {
+      std::free(p);
+      stats_.reserved_bytes -= size;
+    }
+  }
+  small_free_.clear();
+  for (auto& [size, p] : large_free_) {
+    std::free(p);
+    stats_.reserved_bytes -= size;
+  }
+  large_free_.clear();
+}
+
+void Allocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_cache_locked();
+}
+
+AllocatorStats Allocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void Allocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  stats_.peak_reserved_bytes = stats_.reserved_bytes;
+}
+
+std::size_t Allocator::capacity() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return capacity_;
+}
+
+void Allocator::set_capacity(std::size_t capacity_bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  capacity_ = capacity_bytes;
+}
+
+bool Allocator::owns(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_.count(const_cast<void*>(ptr)) != 0;
+}
+
+}  // namespace vtpu::runtime

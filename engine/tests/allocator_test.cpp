@@ -1,0 +1,280 @@
+// Caching allocator: alignment, exact statistics, cache reuse, capacity limits
+// and recovery after out-of-memory.
+#include "vtpu/runtime/allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "vtpu/runtime/error.h"
+
+namespace vtpu::runtime {
+namespace {
+
+constexpr std::size_t KiB = std::size_t{1} << 10;
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+bool aligned(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % Allocator::kAlignment == 0;
+}
+
+// Compares every field, so a test notices any counter that moves unexpectedly.
+void expect_same_stats(const AllocatorStats& a, const AllocatorStats& b) {
+  EXPECT_EQ(a.allocated_bytes, b.allocated_bytes);
+  EXPECT_EQ(a.reserved_bytes, b.reserved_bytes);
+  EXPECT_EQ(a.peak_allocated_bytes, b.peak_allocated_bytes);
+  EXPECT_EQ(a.peak_reserved_bytes, b.peak_reserved_bytes);
+  EXPECT_EQ(a.allocations, b.allocations);
+  EXPECT_EQ(a.frees, b.frees);
+  EXPECT_EQ(a.cache_hits, b.cache_hits);
+  EXPECT_EQ(a.out_of_memory, b.out_of_memory);
+}
+
+TEST(AllocatorTest, ZeroSizeReturnsNullAndChangesNoStats) {
+  Allocator alloc(MiB);
+  const AllocatorStats before = alloc.stats();
+  EXPECT_EQ(alloc.allocate(0), nullptr);
+  expect_same_stats(before, alloc.stats());
+}
+
+TEST(AllocatorTest, RoundSizeClasses) {
+  EXPECT_EQ(Allocator::round_size(0), 0u);
+  EXPECT_EQ(Allocator::round_size(1), 64u);
+  EXPECT_EQ(Allocator::round_size(64), 64u);
+  EXPECT_EQ(Allocator::round_size(65), 128u);
+  EXPECT_EQ(Allocator::round_size(Allocator::kSmallLimit), Allocator::kSmallLimit);
+  // Above the small limit requests round to the large granule.
+  EXPECT_EQ(Allocator::round_size(Allocator::kSmallLimit + 1), 2 * MiB);
+  EXPECT_EQ(Allocator::round_size(3 * MiB - 1), 3 * MiB);
+}
+
+TEST(AllocatorTest, PointersAre64ByteAlignedForManySizes) {
+  Allocator alloc(256 * MiB);
+  const std::size_t sizes[] = {1,    7,    63,         64,          65,          100,
+                               1000, 4097, 64 * KiB + 3, MiB - 1,   MiB,         MiB + 1,
+                               3 * MiB + 5};
+  std::vector<void*> ptrs;
+  for (std::size_t n : sizes) {
+    void* p = alloc.allocate(n);
+    ASSERT_NE(p, nullptr) << n;
+    EXPECT_TRUE(aligned(p)) << "size " << n << " -> " << p;
+    std::memset(p, 0xAB, n);  // the whole requested range must be usable
+    ptrs.push_back(p);
+  }
+  for (void* p : ptrs) alloc.deallocate(p);
+  EXPECT_EQ(alloc.stats().allocated_bytes, 0u);
+}
+
+TEST(AllocatorTest, StatsExactAfterAllocFreeSequence) {
+  Allocator alloc(64 * MiB);
+  void* a = alloc.allocate(100);   // -> 128
+  void* b = alloc.allocate(1000);  // -> 1024
+  AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.allocated_bytes, 1152u);
+  EXPECT_EQ(s.reserved_bytes, 1152u);
+  EXPECT_EQ(s.peak_allocated_bytes, 1152u);
+  EXPECT_EQ(s.allocations, 2u);
+
+  alloc.deallocate(a);  // goes to the cache: reserved stays
+  s = alloc.stats();
+  EXPECT_EQ(s.allocated_bytes, 1024u);
+  EXPECT_EQ(s.reserved_bytes, 1152u);
+  EXPECT_EQ(s.peak_allocated_bytes, 1152u);
+  EXPECT_EQ(s.frees, 1u);
+
+  void* c = alloc.allocate(3 * MiB - 1);  // -> 3 MiB, a fresh block
+  s = alloc.stats();
+  EXPECT_EQ(s.allocated_bytes, 1024u + 3 * MiB);
+  EXPECT_EQ(s.reserved_bytes, 1152u + 3 * MiB);
+  EXPECT_EQ(s.peak_allocated_bytes, 1024u + 3 * MiB);
+  EXPECT_EQ(s.peak_reserved_bytes, 1152u + 3 * MiB);
+  EXPECT_EQ(s.cache_hits, 0u);
+
+  alloc.deallocate(b);
+  alloc.deallocate(c);
+  s = alloc.stats();
+  EXPECT_EQ(s.allocated_bytes, 0u);
+  EXPECT_EQ(s.reserved_bytes, 1152u + 3 * MiB);
+  EXPECT_EQ(s.peak_allocated_bytes, 1024u + 3 * MiB);
+  EXPECT_EQ(s.allocations, 3u);
+  EXPECT_EQ(s.frees, 3u);
+
+  // Peaks restart from the current values.
+  alloc.reset_peak_stats();
+  s = alloc.stats();
+  EXPECT_EQ(s.peak_allocated_bytes, 0u);
+  EXPECT_EQ(s.peak_reserved_bytes, 1152u + 3 * MiB);
+}
+
+TEST(AllocatorTest, FreedBlockIsReusedAsCacheHit) {
+  Allocator alloc(64 * MiB);
+  void* small = alloc.allocate(256);
+  alloc.deallocate(small);
+  // 200 bytes rounds to the same 256-byte class.
+  void* again = alloc.allocate(200);
+  EXPECT_EQ(again, small);
+  AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.cache_hits, 1u);
+  EXPECT_EQ(s.reserved_bytes, 256u);
+  EXPECT_EQ(s.allocated_bytes, 256u);
+  EXPECT_TRUE(alloc.owns(again));
+
+  void* large = alloc.allocate(2 * MiB);
+  alloc.deallocate(large);
+  void* large_again = alloc.allocate(2 * MiB - 100);
+  EXPECT_EQ(large_again, large);
+  s = alloc.stats();
+  EXPECT_EQ(s.cache_hits, 2u);
+  EXPECT_EQ(s.reserved_bytes, 256u + 2 * MiB);
+  EXPECT_EQ(s.allocated_bytes, 256u + 2 * MiB);
+  alloc.deallocate(again);
+  alloc.deallocate(large_again);
+}
+
+TEST(AllocatorTest, EmptyCacheDropsReservedToAllocated) {
+  Allocator alloc(64 * MiB);
+  void* keep = alloc.allocate(4 * KiB);
+  void* small = alloc.allocate(512);
+  void* large = alloc.allocate(2 * MiB);
+  alloc.deallocate(small);
+  alloc.deallocate(large);
+  ASSERT_GT(alloc.stats().reserved_bytes, alloc.stats().allocated_bytes);
+
+  alloc.empty_cache();
+  AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.reserved_bytes, s.allocated_bytes);
+  EXPECT_EQ(s.allocated_bytes, 4 * KiB);
+  // The live block is untouched and still owned.
+  EXPECT_TRUE(alloc.owns(keep));
+  alloc.deallocate(keep);
+  EXPECT_EQ(alloc.stats().allocated_bytes, 0u);
+}
+
+TEST(AllocatorTest, HugeRequestsThrowAndAllocatorKeepsWorking) {
+  Allocator alloc(16 * MiB);
+  void* live = alloc.allocate(1000);
+  const AllocatorStats before = alloc.stats();
+
+  const std::size_t huge[] = {std::numeric_limits<std::size_t>::max() / 2,
+                              std::numeric_limits<std::size_t>::max(),  // rounding overflows
+                              32 * MiB};                                // just over capacity
+  for (std::size_t n : huge) {
+    EXPECT_THROW(alloc.allocate(n), OutOfMemoryError) << n;
+  }
+  // The error is also an Error of kind kOutOfMemory (what the bridge maps).
+  try {
+    alloc.allocate(32 * MiB);
+    ADD_FAILURE() << "expected OutOfMemoryError";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kOutOfMemory);
+  }
+
+  AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.out_of_memory, 4u);
+  EXPECT_EQ(s.allocated_bytes, before.allocated_bytes);
+  EXPECT_EQ(s.reserved_bytes, before.reserved_bytes);
+  EXPECT_EQ(s.allocations, before.allocations);
+
+  void* after = alloc.allocate(4 * KiB);
+  ASSERT_NE(after, nullptr);
+  EXPECT_TRUE(aligned(after));
+  s = alloc.stats();
+  EXPECT_EQ(s.allocated_bytes, 1024u + 4 * KiB);
+  EXPECT_EQ(s.allocations, before.allocations + 1);
+  alloc.deallocate(live);
+  alloc.deallocate(after);
+  EXPECT_EQ(alloc.stats().allocated_bytes, 0u);
+}
+
+TEST(AllocatorTest, OverLimitReleasesCacheAndSucceedsWhenItFits) {
+  Allocator alloc(4 * MiB);
+  void* big = alloc.allocate(3 * MiB);
+  alloc.deallocate(big);  // 3 MiB now sits in the cache
+  ASSERT_EQ(alloc.stats().reserved_bytes, 3 * MiB);
+
+  // 2 MiB cannot reuse the 3 MiB block (> 25% waste) and 3 + 2 > 4 MiB, so the
+  // allocator must drop its cache rather than fail.
+  void* p = alloc.allocate(2 * MiB);
+  ASSERT_NE(p, nullptr);
+  AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.out_of_memory, 0u);
+  EXPECT_EQ(s.allocated_bytes, 2 * MiB);
+  EXPECT_EQ(s.reserved_bytes, 2 * MiB);
+  alloc.deallocate(p);
+}
+
+TEST(AllocatorTest, ConcurrentAllocFreeLeavesNothingAllocated) {
+  Allocator alloc(256 * MiB);
+  constexpr int kThreads = 4;
+  constexpr int kIters = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&alloc, t] {
+      std::vector<void*> held;
+      for (int i = 0; i < kIters; ++i) {
+        const std::size_t n = 1 + static_cast<std::size_t>((i * 37 + t * 101) % 8192);
+        void* p = alloc.allocate(n);
+        static_cast<unsigned char*>(p)[0] = static_cast<unsigned char>(t);
+        held.push_back(p);
+        if (held.size() > 8) {  // keep a few live so threads interleave reuse
+          alloc.deallocate(held.front());
+          held.erase(held.begin());
+        }
+      }
+      for (void* p : held) alloc.deallocate(p);
+    });
+  }
+  for (auto& th : threads) th.join();
+  const AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.allocated_bytes, 0u);
+  EXPECT_EQ(s.allocations, std::uint64_t{kThreads} * kIters);
+  EXPECT_EQ(s.frees, std::uint64_t{kThreads} * kIters);
+  EXPECT_LE(s.peak_reserved_bytes, alloc.capacity());
+}
+
+TEST(AllocatorTest, SetCapacityChangesTheLimit) {
+  Allocator alloc(MiB);
+  EXPECT_EQ(alloc.capacity(), MiB);
+  EXPECT_THROW(alloc.allocate(2 * MiB), OutOfMemoryError);
+
+  alloc.set_capacity(4 * MiB);
+  EXPECT_EQ(alloc.capacity(), 4 * MiB);
+  void* p = alloc.allocate(2 * MiB);
+  ASSERT_NE(p, nullptr);
+
+  // Lowering below what is live refuses new fresh blocks, but keeps live ones.
+  alloc.set_capacity(2 * MiB);
+  EXPECT_THROW(alloc.allocate(MiB), OutOfMemoryError);
+  EXPECT_TRUE(alloc.owns(p));
+  alloc.deallocate(p);
+  EXPECT_EQ(alloc.stats().allocated_bytes, 0u);
+}
+
+TEST(AllocatorTest, NullAndForeignPointersAreIgnored) {
+  Allocator alloc(MiB);
+  void* mine = alloc.allocate(128);
+  const AllocatorStats before = alloc.stats();
+
+  alloc.deallocate(nullptr);
+  int on_stack = 0;
+  alloc.deallocate(&on_stack);
+  std::vector<char> heap(256);
+  alloc.deallocate(heap.data());
+  EXPECT_FALSE(alloc.owns(&on_stack));
+  expect_same_stats(before, alloc.stats());
+
+  // A double free is also ignored: the block is already in the cache.
+  alloc.deallocate(mine);
+  alloc.deallocate(mine);
+  const AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.frees, 1u);
+  EXPECT_EQ(s.allocated_bytes, 0u);
+  EXPECT_EQ(s.reserved_bytes, 128u);
+}
+
+}  // namespace
+}  // namespace vtpu::runtime

@@ -1,0 +1,194 @@
+// Stream events: completion queries, synchronization, timing, and ordering
+// work across two streams with block().
+#include "vtpu/runtime/event.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "vtpu/runtime/error.h"
+#include "vtpu/runtime/stream.h"
+
+namespace vtpu::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Holds a stream's worker until opened; opens itself on destruction so a
+// failed assertion cannot hang the stream's destructor.
+class Gate {
+ public:
+  Gate() : future_(promise_.get_future().share()) {}
+  ~Gate() { open(); }
+  Stream::Task task() const {
+    return [f = future_] { f.wait(); };
+  }
+  void open() {
+    if (!opened_.exchange(true)) promise_.set_value();
+  }
+
+ private:
+  std::promise<void> promise_;
+  std::shared_future<void> future_;
+  std::atomic<bool> opened_{false};
+};
+
+void expect_invalid_argument(const Event& start, const Event& end) {
+  try {
+    start.elapsed_ms(end);
+    ADD_FAILURE() << "elapsed_ms should throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  }
+}
+
+TEST(EventTest, UnrecordedEventIsComplete) {
+  Event event;
+  EXPECT_FALSE(event.recorded());
+  EXPECT_TRUE(event.query());
+  event.synchronize();  // must return at once
+}
+
+TEST(EventTest, QueryIsFalseUntilStreamPassesTheMarker) {
+  Stream stream;
+  Gate gate;
+  stream.enqueue(gate.task());
+  Event event;
+  event.record(stream);
+  const bool recorded = event.recorded();
+  const bool done_while_blocked = event.query();
+  gate.open();
+  EXPECT_TRUE(recorded);
+  EXPECT_FALSE(done_while_blocked);
+
+  event.synchronize();
+  EXPECT_TRUE(event.query());
+}
+
+TEST(EventTest, RecordingAgainMovesTheMarker) {
+  Stream stream;
+  Event event;
+  event.record(stream);
+  event.synchronize();
+  ASSERT_TRUE(event.query());
+
+  Gate gate;
+  stream.enqueue(gate.task());
+  event.record(stream);
+  const bool done_while_blocked = event.query();
+  gate.open();
+  EXPECT_FALSE(done_while_blocked);
+  event.synchronize();
+  EXPECT_TRUE(event.query());
+}
+
+TEST(EventTest, SynchronizeWaitsForEarlierWork) {
+  Stream stream;
+  std::atomic<bool> done{false};
+  stream.enqueue([&] {
+    std::this_thread::sleep_for(10ms);
+    done = true;
+  });
+  Event event;
+  event.record(stream);
+  event.synchronize();
+  EXPECT_TRUE(done.load());
+}
+
+TEST(EventTest, ElapsedMsMeasuresWorkBetweenEvents) {
+  Stream stream;
+  Event start(/*enable_timing=*/true);
+  Event end(/*enable_timing=*/true);
+  start.record(stream);
+  stream.enqueue([] { std::this_thread::sleep_for(20ms); });
+  end.record(stream);
+  end.synchronize();
+  const double ms = start.elapsed_ms(end);
+  EXPECT_GE(ms, 15.0);
+  EXPECT_LT(ms, 5000.0);  // sanity: a unit mix-up would be far off
+  EXPECT_LE(end.elapsed_ms(start), -15.0);
+}
+
+TEST(EventTest, ElapsedMsRequiresTimingRecordingAndCompletion) {
+  Stream stream;
+  {  // timing disabled on one or both
+    Event plain_a, plain_b;
+    Event timed(true);
+    plain_a.record(stream);
+    plain_b.record(stream);
+    timed.record(stream);
+    stream.synchronize();
+    expect_invalid_argument(plain_a, plain_b);
+    expect_invalid_argument(timed, plain_b);
+    expect_invalid_argument(plain_a, timed);
+  }
+  {  // not recorded
+    Event a(true), b(true);
+    expect_invalid_argument(a, b);
+    a.record(stream);
+    a.synchronize();
+    expect_invalid_argument(a, b);
+  }
+  {  // recorded but not yet completed
+    Gate gate;
+    Event a(true), b(true);
+    a.record(stream);
+    stream.enqueue(gate.task());
+    b.record(stream);
+    expect_invalid_argument(a, b);
+    gate.open();
+    b.synchronize();
+    EXPECT_NO_THROW(a.elapsed_ms(b));
+  }
+}
+
+TEST(EventTest, BlockOrdersWorkAcrossStreams) {
+  Stream producer;
+  Stream consumer;
+  Gate gate;
+  std::mutex mutex;
+  std::vector<std::string> order;
+  auto log = [&](const char* what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    order.emplace_back(what);
+  };
+
+  producer.enqueue(gate.task());
+  producer.enqueue([&] { log("producer"); });
+  Event ready;
+  ready.record(producer);
+  ready.block(consumer);
+  consumer.enqueue([&] { log("consumer"); });
+
+  // The consumer must be held back by the event, not merely slow.
+  std::this_thread::sleep_for(10ms);
+  const bool consumer_idle_early = consumer.query();
+  gate.open();
+  consumer.synchronize();
+  producer.synchronize();
+
+  EXPECT_FALSE(consumer_idle_early);
+  EXPECT_EQ(order, (std::vector<std::string>{"producer", "consumer"}));
+}
+
+TEST(EventTest, BlockOnSameStreamOrUnrecordedIsFree) {
+  Stream stream;
+  Event unrecorded;
+  unrecorded.block(stream);  // nothing to wait for: no task is added
+  EXPECT_EQ(stream.enqueued(), 0u);
+
+  Event event;
+  event.record(stream);
+  event.block(stream);  // same stream: in-order already
+  EXPECT_EQ(stream.enqueued(), 1u);
+  stream.synchronize();
+}
+
+}  // namespace
+}  // namespace vtpu::runtime

@@ -1,0 +1,189 @@
+"""The device module registered as ``torch.vtpu`` (the CUDA-like API)."""
+import contextlib
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import torch
+
+from . import _C
+
+_DeviceLike = Union[int, str, torch.device, None]
+
+
+def _check_device(device: _DeviceLike) -> None:
+    if device is None:
+        return
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "vtpu":
+            raise ValueError(f"expected a vtpu device, got {device}")
+        index = device.index
+    elif isinstance(device, int):
+        index = device
+    else:
+        raise TypeError(f"expected a device, int or str, got {type(device).__name__}")
+    if index not in (None, 0, -1):
+        raise ValueError(f"invalid vtpu device index {index}: this process has 1 vtpu device")
+
+
+def is_available() -> bool:
+    return True
+
+
+def device_count() -> int:
+    return 1
+
+
+def current_device() -> int:
+    return 0
+
+
+def set_device(device: _DeviceLike) -> None:
+    _check_device(device)
+
+
+class device:  # noqa: N801 - mirrors torch.cuda.device
+    """Context manager selecting a vtpu device (there is one: vtpu:0)."""
+
+    def __init__(self, device: _DeviceLike):
+        _check_device(device)
+
+    def __enter__(self) -> "device":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def synchronize(device: _DeviceLike = None) -> None:
+    """Wait for all queued vtpu work; raise the first error it hit."""
+    _check_device(device)
+    _C._synchronize()
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def _lazy_init() -> None:
+    return None
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def get_amp_supported_dtype() -> List[torch.dtype]:
+    return [torch.bfloat16, torch.float16]
+
+
+def _is_in_bad_fork() -> bool:
+    # The device stream is a thread; a forked child has no worker. DataLoader
+    # workers only touch CPU tensors, so forking is safe as long as the child
+    # does no vtpu work, which is what CUDA's rule enforces too.
+    return False
+
+
+# ---- random ----------------------------------------------------------------
+
+def _generator() -> torch.Generator:
+    return _C._default_generator()
+
+
+def manual_seed(seed: int) -> None:
+    _generator().manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    manual_seed(seed)
+
+
+def seed() -> None:
+    _generator().seed()
+
+
+def seed_all() -> None:
+    seed()
+
+
+def initial_seed() -> int:
+    return _generator().initial_seed()
+
+
+def get_rng_state(device: _DeviceLike = "vtpu") -> torch.Tensor:
+    _check_device(device)
+    return _generator().get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: _DeviceLike = "vtpu") -> None:
+    _check_device(device)
+    if not isinstance(new_state, torch.Tensor):
+        raise TypeError(f"rng state must be a torch.ByteTensor, got {type(new_state).__name__}")
+    _generator().set_state(new_state.cpu())
+
+
+def get_rng_state_all() -> List[torch.Tensor]:
+    return [get_rng_state()]
+
+
+def set_rng_state_all(new_states: List[torch.Tensor]) -> None:
+    set_rng_state(new_states[0])
+
+
+# ---- memory ----------------------------------------------------------------
+
+def memory_stats(device: _DeviceLike = None) -> Dict[str, int]:
+    _check_device(device)
+    return dict(_C._memory_stats())
+
+
+def memory_allocated(device: _DeviceLike = None) -> int:
+    return memory_stats(device)["allocated_bytes"]
+
+
+def max_memory_allocated(device: _DeviceLike = None) -> int:
+    return memory_stats(device)["peak_allocated_bytes"]
+
+
+def memory_reserved(device: _DeviceLike = None) -> int:
+    return memory_stats(device)["reserved_bytes"]
+
+
+def max_memory_reserved(device: _DeviceLike = None) -> int:
+    return memory_stats(device)["peak_reserved_bytes"]
+
+
+def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
+    _check_device(device)
+    _C._reset_peak_memory_stats()
+
+
+def empty_cache() -> None:
+    _C._empty_cache()
+
+
+def mem_get_info(device: _DeviceLike = None) -> Tuple[int, int]:
+    """(free, total) bytes of device capacity (VTPU_MEMORY_LIMIT or a share of RAM)."""
+    stats = memory_stats(device)
+    total = stats["capacity_bytes"]
+    return max(total - stats["reserved_bytes"], 0), total
+
+
+def set_memory_limit(limit: Union[int, str]) -> None:
+    """Change the device capacity at run time, e.g. ``"8GiB"``."""
+    _C._set_memory_limit(str(limit))
+
+
+# ---- streams and events ------------------------------------------------------
+
+def current_stream(device: _DeviceLike = None) -> torch.Stream:
+    _check_device(device)
+    return torch.Stream(device="vtpu")
+
+
+def default_stream(device: _DeviceLike = None) -> torch.Stream:
+    return current_stream(device)
+
+
+Event = torch.Event
+Stream = torch.Stream

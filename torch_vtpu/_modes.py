@@ -1,0 +1,50 @@
+"""Execution modes: debug (synchronous, op by op), strict (default: asynchronous,
+one kernel per op) and fused (adjacent ops fused; until the fused-eager engine
+lands it executes exactly like strict)."""
+import contextlib
+import os
+import warnings
+from typing import Iterator
+
+from . import _C
+
+MODES = ("debug", "strict", "fused")
+
+
+def set_mode(name: str) -> None:
+    """Switch the execution mode for the whole process."""
+    if not isinstance(name, str):
+        raise TypeError(f"vtpu mode must be a str, got {type(name).__name__}")
+    if name not in MODES:
+        raise ValueError(f"unknown vtpu mode {name!r}: expected one of {', '.join(MODES)}")
+    _C._set_mode(name)
+
+
+def get_mode() -> str:
+    return _C._get_mode()
+
+
+@contextlib.contextmanager
+def mode(name: str) -> Iterator[None]:
+    """Run a block in another mode; the previous mode is restored on exit, also on error."""
+    previous = get_mode()
+    set_mode(name)
+    try:
+        yield
+    finally:
+        set_mode(previous)
+
+
+def flush() -> None:
+    """An explicit flush point: wait for all queued device work and raise its first error."""
+    _C._synchronize()
+
+
+def _apply_env_mode() -> None:
+    requested = os.environ.get("VTPU_MODE", "")
+    if requested and requested not in MODES:
+        warnings.warn(
+            f"VTPU_MODE={requested!r} is not one of {', '.join(MODES)}; using 'strict'",
+            RuntimeWarning,
+            stacklevel=3,
+        )

@@ -263,7 +263,31 @@ void run_synchronously(const c10::OperatorHandle& op, Stack* stack, const char* 
   for (const c10::IValue& ret : host) stack->push_back(map_tensors(ret, to_device));
 }
 
-void host_kernel_fallback(const c10::OperatorHandle& op, Stack* stack) {
+// ATen routes convolutions on backends other than CPU/CUDA to the
+// *_overrideable ops; on the host target they are ATen's own convolution
+// (meta and CPU kernels included) with the same arguments. The backward
+// op additionally takes bias_sizes, which is optional.
+const c10::OperatorHandle& substitute(const c10::OperatorHandle& op, Stack* stack) {
+  static const auto conv_forward = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+  static const auto conv_backward =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", "");
+  const auto& name = op.operator_name().name;
+  if (name == "aten::convolution_overrideable") return conv_forward;
+  if (name == "aten::convolution_backward_overrideable") {
+    const std::size_t first = stack->size() - op.schema().arguments().size();
+    stack->insert(stack->begin() + static_cast<std::ptrdiff_t>(first + 3), c10::IValue());
+    return conv_backward;
+  }
+  return op;
+}
+
+void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack);
+
+void host_kernel_fallback(const c10::OperatorHandle& requested, Stack* stack) {
+  run_on_host_kernel_path(substitute(requested, stack), stack);
+}
+
+void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   DeviceContext& context = DeviceContext::get();
   const auto& schema = op.schema();
   const std::size_t num_args = schema.arguments().size();
@@ -404,6 +428,14 @@ void host_kernel_fallback(const c10::OperatorHandle& op, Stack* stack) {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
+}
+
+// These two have CompositeExplicitAutograd kernels that only raise "not
+// implemented", which would win over a fallback: claim them explicitly.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
+  m.impl("convolution_backward_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
 }
 
 }  // namespace vtpu::bridge

@@ -22,8 +22,10 @@ constexpr std::size_t kQueuedUploadLimit = std::size_t{16} << 20;
 const c10::DispatchKeySet kVtpuKeys(c10::DispatchKey::PrivateUse1);
 
 void check_device_arg(std::optional<c10::Device> device) {
-  TORCH_CHECK(!device.has_value() || device->type() == kVtpu,
-              "vtpu: expected a vtpu device, got ", device.value_or(c10::Device(kVtpu)));
+  if (!device.has_value()) return;
+  TORCH_CHECK(device->type() == kVtpu, "vtpu: expected a vtpu device, got ", *device);
+  TORCH_CHECK(!device->has_index() || device->index() == 0, "vtpu: invalid device ", *device,
+              ": this process has 1 vtpu device (vtpu:0)");
 }
 
 void check_layout_arg(std::optional<c10::Layout> layout) {

@@ -25,7 +25,16 @@ Mode initial_mode() {
   }
 }
 
+std::function<void(const std::function<void()>&)>& blocking_wait_wrapper() {
+  static std::function<void(const std::function<void()>&)> wrapper;
+  return wrapper;
+}
+
 }  // namespace
+
+void set_blocking_wait_wrapper(std::function<void(const std::function<void()>&)> wrapper) {
+  blocking_wait_wrapper() = std::move(wrapper);
+}
 
 const char* mode_name(Mode mode) {
   switch (mode) {
@@ -108,7 +117,14 @@ void DeviceContext::launch(std::function<void()> kernel) {
 void DeviceContext::synchronize(const char* reason) {
   metrics_.count_sync(reason);
   if (stream_->on_worker_thread()) return;
-  stream_->synchronize();
+  const std::uint64_t target = stream_->enqueued();
+  auto wait = [&] { stream_->wait_for(target); };
+  if (blocking_wait_wrapper()) {
+    blocking_wait_wrapper()(wait);
+  } else {
+    wait();
+  }
+  if (std::exception_ptr error = stream_->take_error()) std::rethrow_exception(error);
 }
 
 }  // namespace vtpu::bridge

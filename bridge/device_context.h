@@ -79,6 +79,12 @@ class DeviceContext {
   std::unique_ptr<runtime::Stream> stream_;
 };
 
+// Set by the Python module: runs a blocking wait with the GIL released when
+// the calling thread holds it. Without it a queued task that needs the GIL
+// (dropping the last reference to a Python-owned tensor) would deadlock
+// against a Python thread waiting for the stream.
+void set_blocking_wait_wrapper(std::function<void(const std::function<void()>&)> wrapper);
+
 // Set by the ATen side: per-thread set-up for the stream's worker (ATen's
 // thread-local dispatch state). Called once when the worker starts.
 void set_worker_start_hook(std::function<void()> hook);

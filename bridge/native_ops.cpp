@@ -83,8 +83,12 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK(src_on_device || self.device().is_cpu(), "vtpu: cannot copy from ", self.device());
   TORCH_CHECK(dst_on_device || dst.device().is_cpu(), "vtpu: cannot copy to ", dst.device());
 
+  // Queued kernels hold CPU aliases plus the device storages, never the
+  // caller's tensors: dropping a Python-owned tensor on the worker would need the GIL.
   if (src_on_device && dst_on_device) {
-    context.launch([self, dst] { cpu_alias(dst).copy_(cpu_alias(self)); });
+    context.launch([src = cpu_alias(self), to = cpu_alias(dst), keep = std::make_pair(self.storage(), dst.storage())]() mutable {
+      to.copy_(src);
+    });
     return dst;
   }
   if (src_on_device) {
@@ -102,9 +106,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   }
   if (nbytes <= kQueuedUploadLimit || non_blocking) {
     // The caller may overwrite its tensor as soon as we return: queue a snapshot.
-    at::Tensor snapshot = self.is_contiguous() ? self.clone() : self.contiguous();
-    if (snapshot.data_ptr() == self.data_ptr()) snapshot = self.clone();
-    context.launch([snapshot, dst] { cpu_alias(dst).copy_(snapshot); });
+    at::Tensor snapshot = self.clone();
+    context.launch([snapshot, to = cpu_alias(dst), keep = dst.storage()]() mutable { to.copy_(snapshot); });
     return dst;
   }
   context.synchronize("large_upload");
@@ -166,7 +169,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   DeviceContext& context = DeviceContext::get();
   context.metrics().count_op();
   if (self.numel() == 0) return self;
-  context.launch([self, value] { cpu_alias(self).fill_(value); });
+  context.launch([alias = cpu_alias(self), keep = self.storage(), value]() mutable { alias.fill_(value); });
   return self;
 }
 
@@ -174,7 +177,7 @@ at::Tensor& zero(at::Tensor& self) {
   DeviceContext& context = DeviceContext::get();
   context.metrics().count_op();
   if (self.numel() == 0) return self;
-  context.launch([self] { cpu_alias(self).zero_(); });
+  context.launch([alias = cpu_alias(self), keep = self.storage()]() mutable { alias.zero_(); });
   return self;
 }
 

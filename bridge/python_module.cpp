@@ -66,6 +66,14 @@ void guarded(Fn&& fn) {
 
 PYBIND11_MODULE(_C, m) {
   using namespace vtpu::bridge;
+  set_blocking_wait_wrapper([](const std::function<void()>& wait) {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release no_gil;
+      wait();
+    } else {
+      wait();
+    }
+  });
   m.doc() = "vTPU torch bridge";
   m.def("_synchronize", [] { guarded([] { synchronize_device(); }); });
   m.def("_get_mode", [] { return std::string(mode_name(DeviceContext::get().mode())); });

@@ -3,7 +3,15 @@
     import torch, torch_vtpu
     x = torch.randn(8, 8, device="vtpu")
 """
-import torch
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: `import torch` alone then
+    brings the vtpu device. Defined before `import torch`, because torch's
+    autoload may call it while this module is still importing torch."""
+
+
+import torch  # noqa: E402
 
 from . import _C  # registers kernels, allocator, guard and hooks for PrivateUse1
 from ._modes import flush, get_mode, mode, set_mode
@@ -28,7 +36,3 @@ def _register_device() -> None:
 
 _register_device()
 _modes._apply_env_mode()
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing the package is all it takes."""

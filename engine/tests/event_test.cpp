@@ -177,6 +177,32 @@ TEST(EventTest, BlockOrdersWorkAcrossStreams) {
   EXPECT_EQ(order, (std::vector<std::string>{"producer", "consumer"}));
 }
 
+// Two streams signalling each other: `a` passes marker `ea`, then waits for
+// `eb`, which `b` records only after it has seen `ea`. Waiters must be woken as
+// soon as a marker is passed, not when the worker's whole batch is finished.
+TEST(EventTest, CrossStreamHandshakeDoesNotDeadlock) {
+  Stream a;
+  Stream b;
+  Gate gate;
+  a.enqueue(gate.task());  // holds `a` so the next two tasks share one batch
+  Event ea;
+  ea.record(a);
+  ea.block(b);  // b's worker is now asleep in a.wait_for(ea)
+  Event eb;
+  eb.record(b);
+  eb.block(a);
+  std::atomic<bool> a_done{false};
+  a.enqueue([&] { a_done = true; });
+  // Let b's worker reach its wait before `a` can pass the marker.
+  std::this_thread::sleep_for(10ms);
+  gate.open();
+  a.synchronize();
+  b.synchronize();
+  EXPECT_TRUE(a_done.load());
+  EXPECT_TRUE(ea.query());
+  EXPECT_TRUE(eb.query());
+}
+
 TEST(EventTest, BlockOnSameStreamOrUnrecordedIsFree) {
   Stream stream;
   Event unrecorded;

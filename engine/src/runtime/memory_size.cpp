@@ -39,7 +39,13 @@ std::size_t parse_memory_size(const std::string& text) {
   if (pos == number_start)
     throw Error(ErrorKind::kInvalidArgument,
                 "[memory size] expected a number such as '8GiB', got '" + text + "'");
-  const double number = std::strtod(text.substr(number_start, pos - number_start).c_str(), nullptr);
+  // The digits-and-dots span must be exactly one number ("1.2.3", "." are not).
+  const std::string number_text = text.substr(number_start, pos - number_start);
+  char* number_end = nullptr;
+  const double number = std::strtod(number_text.c_str(), &number_end);
+  if (number_end != number_text.c_str() + number_text.size())
+    throw Error(ErrorKind::kInvalidArgument,
+                "[memory size] malformed number in '" + text + "'");
   while (pos < text.size() && std::isspace(static_cast<unsigned char>(text[pos]))) ++pos;
   std::string unit = text.substr(pos);
   while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.back()))) unit.pop_back();

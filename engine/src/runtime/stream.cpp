@@ -76,11 +76,15 @@ void Stream::worker_loop(std::function<void()> on_worker_start) {
       // so that memory statistics read after a synchronize are exact.
       batch.pop_front();
       completed_.fetch_add(1, std::memory_order_acq_rel);
+      // Wake waiters after every task, not once per batch: a later task of the
+      // batch may itself wait on a thread that waits for this one (events
+      // across streams), and would otherwise deadlock. The empty critical
+      // section orders the increment against a waiter's predicate check.
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+      }
+      work_done_.notify_all();
     }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-    }
-    work_done_.notify_all();
   }
 }
 

@@ -1,0 +1,152 @@
+"""The device itself: names, the torch.vtpu module, tensor/module/storage methods."""
+import io
+
+import pytest
+import torch
+
+import torch_vtpu
+
+
+def test_device_names():
+    assert torch.device("vtpu").type == "vtpu"
+    assert torch.device("vtpu:0").index == 0
+    x = torch.ones(2, device="vtpu:0")
+    assert x.is_vtpu and x.device == torch.device("vtpu:0")
+    assert not torch.ones(2).is_vtpu
+
+
+def test_device_module_contract():
+    v = torch.vtpu
+    assert v.is_available() and v.device_count() == 1 and v.current_device() == 0
+    v.set_device(0)
+    v.set_device("vtpu:0")
+    with pytest.raises(ValueError):
+        v.set_device(3)
+    assert v.is_bf16_supported()
+    assert torch.bfloat16 in v.get_amp_supported_dtype()
+    assert v._is_in_bad_fork() is False
+    free, total = v.mem_get_info()
+    assert 0 <= free <= total and total > 0
+
+
+def test_invalid_device_index_raises():
+    with pytest.raises(RuntimeError, match="vtpu:1"):
+        torch.ones(2, device="vtpu:1")
+
+
+def test_to_and_back_roundtrip_all_dtypes():
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
+                  torch.int32, torch.int8, torch.uint8, torch.bool):
+        cpu = (torch.arange(24) % 5).to(dtype).reshape(2, 3, 4)
+        dev = cpu.to("vtpu")
+        assert dev.dtype == dtype and dev.device.type == "vtpu"
+        assert torch.equal(dev.cpu(), cpu)
+
+
+def test_non_contiguous_views_and_copies():
+    cpu = torch.randn(6, 8)
+    dev = cpu.to("vtpu")
+    torch.testing.assert_close(dev.t().contiguous().cpu(), cpu.t().contiguous())
+    torch.testing.assert_close(dev[1:5:2, ::3].cpu(), cpu[1:5:2, ::3])
+    dev[::2] = 0
+    cpu[::2] = 0
+    assert torch.equal(dev.cpu(), cpu)
+
+
+def test_generated_methods():
+    m = torch.nn.Linear(3, 2).vtpu()
+    assert all(p.is_vtpu for p in m.parameters())
+    s = torch.ones(4).untyped_storage().vtpu()
+    assert s.device.type == "vtpu"
+    t = torch.ones(3).vtpu()
+    assert t.is_vtpu
+
+
+def test_model_to_and_forward_matches_cpu():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.GELU(), torch.nn.Linear(7, 2))
+    x = torch.randn(4, 5)
+    expected = m(x)
+    got = m.to("vtpu")(x.to("vtpu"))
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_printing():
+    x = torch.arange(4.0, device="vtpu")
+    text = repr(x)
+    assert "device='vtpu:0'" in text and "3." in text
+
+
+def test_save_load_map_location(tmp_path):
+    x = torch.randn(3, 3, device="vtpu")
+    path = tmp_path / "t.pt"
+    torch.save({"x": x}, path)
+    on_device = torch.load(path)["x"]
+    on_cpu = torch.load(path, map_location="cpu")["x"]
+    assert on_device.device.type == "vtpu" and on_cpu.device.type == "cpu"
+    assert torch.equal(on_device.cpu(), on_cpu)
+    buf = io.BytesIO()
+    torch.save(torch.nn.Linear(2, 2).to("vtpu").state_dict(), buf)
+    buf.seek(0)
+    state = torch.load(buf, map_location="vtpu")
+    assert state["weight"].device.type == "vtpu"
+
+
+def test_dataloader_batches_to_device():
+    data = torch.utils.data.TensorDataset(torch.randn(20, 3), torch.arange(20))
+    total = torch.zeros((), device="vtpu")
+    for x, y in torch.utils.data.DataLoader(data, batch_size=6, num_workers=2):
+        total += (x.to("vtpu") * y.to("vtpu")[:, None]).sum()
+    expected = sum((x * y[:, None]).sum() for x, y in torch.utils.data.DataLoader(data, batch_size=6))
+    torch.testing.assert_close(total.cpu(), expected)
+
+
+def test_autograd_matches_cpu():
+    torch.manual_seed(0)
+    w = torch.randn(4, 4, requires_grad=True)
+    wd = w.detach().to("vtpu").requires_grad_()
+    x = torch.randn(3, 4)
+    (x @ w).tanh().sum().backward()
+    (x.to("vtpu") @ wd).tanh().sum().backward()
+    torch.testing.assert_close(wd.grad.cpu(), w.grad)
+
+
+def test_torch_accelerator_reports_vtpu():
+    assert torch.accelerator.is_available()
+    assert torch.accelerator.current_accelerator().type == "vtpu"
+    assert torch.accelerator.device_count() == 1
+
+
+def test_events_record_query_elapsed():
+    start = torch.Event(device="vtpu", enable_timing=True)
+    end = torch.Event(device="vtpu", enable_timing=True)
+    x = torch.randn(64, 64, device="vtpu")
+    start.record()
+    for _ in range(5):
+        x = x @ x / 64
+    end.record()
+    end.synchronize()
+    assert end.query()
+    assert start.elapsed_time(end) >= 0.0
+
+
+def test_autocast_bfloat16_matches_cpu_autocast():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(8, 4)
+    x = torch.randn(2, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = m(x)
+    md = m.to("vtpu")
+    with torch.autocast("vtpu", dtype=torch.bfloat16):
+        y = md(x.to("vtpu"))
+        z = torch.log_softmax(y, dim=-1)  # an fp32-policy op
+    assert y.dtype == torch.bfloat16 and expected.dtype == torch.bfloat16
+    assert z.dtype == torch.float32
+    torch.testing.assert_close(y.cpu(), expected)
+
+
+def test_autoload_entry_point_declared():
+    from importlib.metadata import entry_points
+
+    names = [ep.value for ep in entry_points(group="torch.backends")]
+    assert "torch_vtpu:_autoload" in names

@@ -1,0 +1,80 @@
+"""Device memory: statistics, caching, the capacity limit and OOM recovery."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+
+def test_allocated_tracks_tensors():
+    torch.vtpu.synchronize()
+    before = torch.vtpu.memory_allocated()
+    x = torch.empty(1024, 1024, device="vtpu")  # 4 MiB
+    assert torch.vtpu.memory_allocated() >= before + 4 * 2**20
+    del x
+    torch.vtpu.synchronize()
+    assert torch.vtpu.memory_allocated() == before
+
+
+def test_peak_and_reset():
+    torch.vtpu.synchronize()
+    torch.vtpu.reset_peak_memory_stats()
+    base = torch.vtpu.max_memory_allocated()
+    y = torch.ones(2**20, device="vtpu")
+    del y
+    torch.vtpu.synchronize()
+    assert torch.vtpu.max_memory_allocated() >= base + 4 * 2**20
+    torch.vtpu.reset_peak_memory_stats()
+    assert torch.vtpu.max_memory_allocated() == torch.vtpu.memory_allocated()
+
+
+def test_empty_cache_releases_reserved():
+    x = torch.ones(4 * 2**20, device="vtpu")
+    del x
+    torch.vtpu.synchronize()
+    assert torch.vtpu.memory_reserved() > torch.vtpu.memory_allocated()
+    torch.vtpu.empty_cache()
+    assert torch.vtpu.memory_reserved() == torch.vtpu.memory_allocated()
+
+
+def test_zero_size_tensors():
+    x = torch.empty(0, 3, device="vtpu")
+    assert x.shape == (0, 3)
+    assert (x + 1).shape == (0, 3)
+    assert x.sum().item() == 0
+
+
+def test_over_limit_raises_oom_and_work_goes_on():
+    original = torch.vtpu.mem_get_info()[1]
+    torch.vtpu.set_memory_limit("64MiB")
+    try:
+        keep = torch.ones(1024, device="vtpu") * 3
+        with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
+            torch.empty(128 * 2**20, dtype=torch.uint8, device="vtpu")
+        # What was computed before is intact, and new work runs.
+        assert keep.sum().item() == 3072
+        assert (torch.ones(10, device="vtpu") * 2).sum().item() == 20
+    finally:
+        torch.vtpu.set_memory_limit(str(original))
+
+
+def test_memory_limit_from_environment():
+    code = (
+        "import torch, torch_vtpu\n"
+        "assert torch.vtpu.mem_get_info()[1] == 32 * 2**20, torch.vtpu.mem_get_info()\n"
+        "try:\n"
+        "    torch.empty(64 * 2**20, dtype=torch.uint8, device='vtpu')\n"
+        "except torch.OutOfMemoryError:\n"
+        "    print('oom-ok')\n"
+        "print((torch.ones(4, device='vtpu') + 1).sum().item())\n"
+    )
+    env = dict(os.environ, VTPU_MEMORY_LIMIT="32MiB")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["oom-ok", "8.0"]
+
+
+def test_bad_memory_limit_is_value_error():
+    with pytest.raises(ValueError, match="unknown unit"):
+        torch.vtpu.set_memory_limit("12 parsecs")

@@ -1,0 +1,157 @@
+"""Command line: ``python -m torch_vtpu <command>`` (also installed as ``vtpu``).
+
+    info          versions, device, mode, memory and metrics
+    cache stats   where the compile cache is and how big it is
+    cache clear   delete the entries of the local compile cache
+    bench         micro-benchmarks (torch_vtpu._bench)
+    demo          train a small language model on the device (torch_vtpu.demo)
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+import torch_vtpu
+
+
+def cache_dir() -> Path:
+    """The local tier of the compile cache: $VTPU_CACHE_DIR, else ~/.cache/vtpu."""
+    configured = os.environ.get("VTPU_CACHE_DIR")
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "vtpu"
+
+
+def cache_usage(path: Path) -> Tuple[int, int]:
+    """(entries, bytes) of the regular files under ``path``; (0, 0) when it does not exist."""
+    entries = size = 0
+    for root, _, files in os.walk(path):  # a missing or unreadable directory yields nothing
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue  # removed while we walked
+            if stat.S_ISREG(st.st_mode):
+                entries += 1
+                size += st.st_size
+    return entries, size
+
+
+def _format_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # unreachable; keeps type checkers content
+
+
+def cmd_info(_: argparse.Namespace) -> int:
+    free, total = torch.vtpu.mem_get_info()
+    print(f"torch_vtpu   {torch_vtpu.__version__}")
+    print(f"torch        {torch.__version__}")
+    print(f"device       vtpu (target: host CPU), count {torch.vtpu.device_count()}, "
+          f"available {torch.vtpu.is_available()}")
+    print(f"mode         {torch_vtpu.get_mode()}")
+    print(f"memory       {_format_bytes(free)} free of {_format_bytes(total)} "
+          f"(allocated {_format_bytes(torch.vtpu.memory_allocated())})")
+    print(f"cache dir    {cache_dir()}")
+    print("metrics")
+    for key, value in torch_vtpu.metrics().items():
+        if isinstance(value, dict):
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "-"
+            print(f"  {key:<18} {shown}")
+        else:
+            print(f"  {key:<18} {value}")
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    path = cache_dir()
+    if args.action == "stats":
+        entries, size = cache_usage(path)
+        print(f"path         {path}{'' if path.is_dir() else ' (does not exist)'}")
+        print(f"entries      {entries}")
+        print(f"bytes        {size} ({_format_bytes(size)})")
+        if entries == 0:
+            # Kernels run on the host-kernel path until the engine's code generator
+            # lands, so an empty cache is the expected state today.
+            print("note         the kernel compiler is not built yet, so nothing is cached")
+        if os.environ.get("VTPU_SHARED_CACHE"):
+            print("shared tier  configured (VTPU_SHARED_CACHE); not inspected by this command")
+        return 0
+
+    # clear: delete what is inside the directory, never the directory itself, and
+    # refuse paths that are obviously not a cache (a mistyped VTPU_CACHE_DIR).
+    if not path.is_dir():
+        print(f"nothing to clear: {path} does not exist")
+        return 0
+    resolved = path.resolve()
+    if resolved == Path(resolved.anchor) or resolved == Path.home().resolve():
+        print(f"refusing to clear {resolved}: it is not a cache directory", file=sys.stderr)
+        return 2
+    entries, size = cache_usage(resolved)
+    for child in resolved.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+    print(f"cleared {path}: removed {entries} entries, {_format_bytes(size)}")
+    return 0
+
+
+def cmd_bench(argv: Sequence[str]) -> int:
+    try:
+        bench = importlib.import_module("torch_vtpu._bench")
+    except ModuleNotFoundError as error:
+        if error.name != "torch_vtpu._bench":
+            raise  # _bench exists but something it imports is missing: show that
+        bench = None
+    if bench is None or not hasattr(bench, "main"):
+        print("bench is unavailable: torch_vtpu._bench.main is not installed", file=sys.stderr)
+        return 1
+    result = bench.main(list(argv)) if argv else bench.main()
+    return int(result or 0)
+
+
+def cmd_demo(argv: Sequence[str]) -> int:
+    from torch_vtpu import demo
+
+    return int(demo.main(list(argv)) or 0)
+
+
+# bench and demo parse their own options: everything after the command is theirs.
+_PASS_THROUGH = {"bench": cmd_bench, "demo": cmd_demo}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m torch_vtpu", description="vTPU command line",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1],
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+    sub.add_parser("info", help="versions, device, mode, memory, metrics").set_defaults(func=cmd_info)
+    cache = sub.add_parser("cache", help="inspect or clear the compile cache")
+    cache.add_argument("action", choices=("stats", "clear"))
+    cache.set_defaults(func=cmd_cache)
+    sub.add_parser("bench", help="micro-benchmarks (options: bench --help)")
+    sub.add_parser("demo", help="train a small language model on vtpu (options: demo --help)")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in _PASS_THROUGH:
+        return _PASS_THROUGH[argv[0]](argv[1:])
+    args = _parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,6 +5,7 @@
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
 
@@ -24,6 +25,24 @@ at::Tensor empty_device_strided(c10::IntArrayRef sizes, c10::IntArrayRef strides
 // kernels compute directly in device memory. The caller keeps `device_tensor`
 // alive for as long as the alias is used.
 at::Tensor cpu_alias(const at::Tensor& device_tensor);
+
+// A tensor operand captured at dispatch for a kernel that runs later on the
+// stream: a device tensor's storage (kept alive) and geometry (Python may
+// restride the tensor meanwhile), or a private copy of a host scalar. The CPU
+// alias is built when the kernel runs, on the worker, off the Python thread.
+class KernelOperand {
+ public:
+  static KernelOperand capture(const at::Tensor& t);
+  at::Tensor host() const;
+
+ private:
+  c10::Storage storage_;
+  c10::SmallVector<int64_t, 5> sizes_;
+  c10::SmallVector<int64_t, 5> strides_;
+  int64_t offset_ = 0;
+  caffe2::TypeMeta dtype_;
+  at::Tensor host_copy_;  // set for non-device operands
+};
 
 // The device's default generator (Philox: seed + offset).
 const at::Generator& default_generator();

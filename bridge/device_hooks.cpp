@@ -127,7 +127,9 @@ void resize_storage_bytes(const c10::Storage& storage, std::size_t new_nbytes) {
   TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
   const std::size_t old_nbytes = impl->nbytes();
   if (new_nbytes == old_nbytes) return;
-  DeviceContext::get().synchronize("storage_resize");
+  // Queued kernels may still write the old bytes, which we are about to copy;
+  // an empty storage has none to wait for (out= results grow from empty).
+  if (old_nbytes > 0) DeviceContext::get().synchronize("storage_resize");
   c10::DataPtr fresh = device_allocator()->allocate(new_nbytes);
   const std::size_t keep = std::min(old_nbytes, new_nbytes);
   if (keep > 0 && impl->data() != nullptr) std::memcpy(fresh.get(), impl->data(), keep);

@@ -241,7 +241,13 @@ void run_synchronously(const c10::OperatorHandle& op, Stack* stack, const char* 
     });
   Stack host = host_arguments(schema, *stack, first, nullptr, false);
   context.metrics().count_kernel();
-  op.callBoxed(host);
+  try {
+    op.callBoxed(host);
+  } catch (c10::NotImplementedError& error) {
+    error.add_context("[vtpu] " + op_name(op) +
+                      " has no vtpu kernel, and ATen has no CPU kernel to run it on the host-kernel path");
+    throw;
+  }
 
   auto to_device = [&](const at::Tensor& result) -> at::Tensor {
     if (!result.defined() || !result.device().is_cpu()) return result;
@@ -414,6 +420,10 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
           if (target >= 0 && result.defined()) fresh_host[static_cast<std::size_t>(target)].copy_(result);
         });
       }
+    } catch (c10::NotImplementedError& error) {
+      error.add_context("[vtpu] " + name +
+                        " has no vtpu kernel, and ATen has no CPU kernel to run it on the host-kernel path");
+      throw;
     } catch (c10::Error& error) {
       add_stream_context(error, name);
       throw;
@@ -430,12 +440,14 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
 }
 
-// These two have CompositeExplicitAutograd kernels that only raise "not
-// implemented", which would win over a fallback: claim them explicitly.
+// Ops whose CompositeExplicitAutograd kernel would win over a fallback: the
+// convolution ones only raise "not implemented"; layer norm's composite is a
+// different formula than ATen's CPU kernel (results would differ from CPU).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
-  m.impl("convolution_backward_overrideable",
-         torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
+  for (const char* name : {"convolution_overrideable", "convolution_backward_overrideable",
+                           "native_layer_norm", "native_layer_norm_backward"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
+  }
 }
 
 }  // namespace vtpu::bridge

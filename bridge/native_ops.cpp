@@ -211,18 +211,46 @@ at::Tensor empty_device_strided(c10::IntArrayRef sizes, c10::IntArrayRef strides
   return at::detail::empty_strided_generic(sizes, strides, device_allocator(), kVtpuKeys, dtype);
 }
 
-at::Tensor cpu_alias(const at::Tensor& device_tensor) {
-  c10::StorageImpl* storage = device_tensor.storage().unsafeGetStorageImpl();
+
+namespace {
+
+at::Tensor alias_of(const c10::Storage& device_storage, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                    int64_t offset, caffe2::TypeMeta dtype) {
+  c10::StorageImpl* storage = device_storage.unsafeGetStorageImpl();
   c10::DataPtr data(storage->mutable_data(), c10::Device(c10::DeviceType::CPU));
   auto cpu_storage = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), storage->nbytes(), std::move(data),
       /*allocator=*/nullptr, /*resizable=*/false);
   at::Tensor alias = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(std::move(cpu_storage)), c10::DispatchKeySet(c10::DispatchKey::CPU),
-      device_tensor.dtype());
-  alias.unsafeGetTensorImpl()->set_sizes_and_strides(device_tensor.sizes(), device_tensor.strides(),
-                                                     device_tensor.storage_offset());
+      c10::Storage(std::move(cpu_storage)), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
+  alias.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
   return alias;
+}
+
+}  // namespace
+
+KernelOperand KernelOperand::capture(const at::Tensor& t) {
+  KernelOperand operand;
+  if (t.device().type() != kVtpu) {
+    operand.host_copy_ = t.clone();  // the caller may change it after we return
+    return operand;
+  }
+  operand.storage_ = t.storage();
+  operand.sizes_.assign(t.sizes().begin(), t.sizes().end());
+  operand.strides_.assign(t.strides().begin(), t.strides().end());
+  operand.offset_ = t.storage_offset();
+  operand.dtype_ = t.dtype();
+  return operand;
+}
+
+at::Tensor KernelOperand::host() const {
+  if (host_copy_.defined()) return host_copy_;
+  return alias_of(storage_, sizes_, strides_, offset_, dtype_);
+}
+
+at::Tensor cpu_alias(const at::Tensor& device_tensor) {
+  return alias_of(device_tensor.storage(), device_tensor.sizes(), device_tensor.strides(),
+                  device_tensor.storage_offset(), device_tensor.dtype());
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -5,17 +5,29 @@
 // device checks) with the output allocated on vtpu, and the CPU kernel is
 // queued on aliases of device memory: a few microseconds per op.
 #include <ATen/ATen.h>
+#include <ATen/ops/add_cpu_dispatch.h>
 #include <ATen/ops/add_meta.h>
+#include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/div_meta.h>
+#include <ATen/ops/exp_cpu_dispatch.h>
 #include <ATen/ops/exp_meta.h>
+#include <ATen/ops/log_cpu_dispatch.h>
 #include <ATen/ops/log_meta.h>
+#include <ATen/ops/mul_cpu_dispatch.h>
 #include <ATen/ops/mul_meta.h>
+#include <ATen/ops/neg_cpu_dispatch.h>
 #include <ATen/ops/neg_meta.h>
+#include <ATen/ops/rsqrt_cpu_dispatch.h>
 #include <ATen/ops/rsqrt_meta.h>
+#include <ATen/ops/sigmoid_cpu_dispatch.h>
 #include <ATen/ops/sigmoid_meta.h>
+#include <ATen/ops/silu_cpu_dispatch.h>
 #include <ATen/ops/silu_meta.h>
+#include <ATen/ops/sqrt_cpu_dispatch.h>
 #include <ATen/ops/sqrt_meta.h>
+#include <ATen/ops/sub_cpu_dispatch.h>
 #include <ATen/ops/sub_meta.h>
+#include <ATen/ops/tanh_cpu_dispatch.h>
 #include <ATen/ops/tanh_meta.h>
 #include <torch/library.h>
 
@@ -48,18 +60,6 @@ struct DeviceStructured final : Meta {
   bool in_place = false;
 };
 
-// What a queued kernel needs from one operand: a CPU view of its bytes, and
-// the device storage kept alive until the kernel has run.
-struct HostOperand {
-  at::Tensor host;
-  c10::Storage keep_alive;
-};
-
-HostOperand host_operand(const at::Tensor& t) {
-  if (t.device().type() == kVtpu) return {cpu_alias(t), t.storage()};
-  return {t.clone(), {}};  // a CPU scalar the caller may change after we return
-}
-
 template <typename Kernel>
 void queue(Kernel kernel) {
   DeviceContext& context = DeviceContext::get();
@@ -67,54 +67,107 @@ void queue(Kernel kernel) {
   context.launch(std::move(kernel));
 }
 
+bool is_float(c10::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kBFloat16 || t == at::kHalf;
+}
+
+// The common case needs no TensorIterator: same-shape contiguous floating
+// operands on the device give a contiguous output of their dtype (no
+// broadcasting, no promotion). Anything else takes ATen's full meta.
+bool simple_binary(const at::Tensor& a, const at::Tensor& b) {
+  return a.device().type() == kVtpu && b.device().type() == kVtpu && a.scalar_type() == b.scalar_type() &&
+         is_float(a.scalar_type()) && a.sizes().equals(b.sizes()) && a.is_contiguous() &&
+         b.is_contiguous();
+}
+
+bool simple_unary(const at::Tensor& a) {
+  return a.device().type() == kVtpu && is_float(a.scalar_type()) && a.is_contiguous();
+}
+
+// In place, the written tensor must also not partially overlap the input.
+bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
+  return simple_binary(self, other) &&
+         (!self.storage().is_alias_of(other.storage()) ||
+          (self.storage_offset() == other.storage_offset()));
+}
+
 #define VTPU_BINARY_ALPHA(op)                                                                  \
   at::Tensor op##_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) { \
-    DeviceStructured<at::meta::structured_##op##_Tensor> s;                                    \
-    s.meta(self, other, alpha);                                                                \
-    queue([o = host_operand(s.out), a = host_operand(self), b = host_operand(other), alpha] {  \
-      at::op##_out(const_cast<at::Tensor&>(o.host), a.host, b.host, alpha);                     \
+    at::Tensor out;                                                                            \
+    if (simple_binary(self, other)) {                                                          \
+      out = empty_device(self.sizes(), self.scalar_type());                                    \
+    } else {                                                                                   \
+      DeviceStructured<at::meta::structured_##op##_Tensor> s;                                  \
+      s.meta(self, other, alpha);                                                              \
+      out = std::move(s.out);                                                                  \
+    }                                                                                          \
+    queue([o = KernelOperand::capture(out), a = KernelOperand::capture(self),                  \
+           b = KernelOperand::capture(other), alpha] {                                         \
+      at::Tensor result = o.host();                                                            \
+      at::cpu::op##_out(result, a.host(), b.host(), alpha);                                    \
     });                                                                                        \
-    return s.out;                                                                              \
+    return out;                                                                                \
   }                                                                                            \
   at::Tensor& op##_tensor_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) { \
-    DeviceStructured<at::meta::structured_##op##_Tensor> s;                                    \
-    s.out = self;                                                                              \
-    s.in_place = true;                                                                         \
-    s.meta(self, other, alpha);                                                                \
-    queue([a = host_operand(self), b = host_operand(other), alpha] {                           \
-      at::op##_out(const_cast<at::Tensor&>(a.host), a.host, b.host, alpha);                     \
+    if (!simple_in_place(self, other)) {                                                       \
+      DeviceStructured<at::meta::structured_##op##_Tensor> s;                                  \
+      s.out = self;                                                                            \
+      s.in_place = true;                                                                       \
+      s.meta(self, other, alpha);                                                              \
+    }                                                                                          \
+    queue([a = KernelOperand::capture(self), b = KernelOperand::capture(other), alpha] {       \
+      at::Tensor result = a.host();                                                            \
+      at::cpu::op##_out(result, result, b.host(), alpha);                                      \
     });                                                                                        \
     return self;                                                                               \
   }
 
 #define VTPU_BINARY(op)                                                                        \
   at::Tensor op##_tensor(const at::Tensor& self, const at::Tensor& other) {                   \
-    DeviceStructured<at::meta::structured_##op##_Tensor> s;                                    \
-    s.meta(self, other);                                                                       \
-    queue([o = host_operand(s.out), a = host_operand(self), b = host_operand(other)] {         \
-      at::op##_out(const_cast<at::Tensor&>(o.host), a.host, b.host);                            \
+    at::Tensor out;                                                                            \
+    if (simple_binary(self, other)) {                                                          \
+      out = empty_device(self.sizes(), self.scalar_type());                                    \
+    } else {                                                                                   \
+      DeviceStructured<at::meta::structured_##op##_Tensor> s;                                  \
+      s.meta(self, other);                                                                     \
+      out = std::move(s.out);                                                                  \
+    }                                                                                          \
+    queue([o = KernelOperand::capture(out), a = KernelOperand::capture(self),                  \
+           b = KernelOperand::capture(other)] {                                                \
+      at::Tensor result = o.host();                                                            \
+      at::cpu::op##_out(result, a.host(), b.host());                                           \
     });                                                                                        \
-    return s.out;                                                                              \
+    return out;                                                                                \
   }                                                                                            \
   at::Tensor& op##_tensor_(at::Tensor& self, const at::Tensor& other) {                       \
-    DeviceStructured<at::meta::structured_##op##_Tensor> s;                                    \
-    s.out = self;                                                                              \
-    s.in_place = true;                                                                         \
-    s.meta(self, other);                                                                       \
-    queue([a = host_operand(self), b = host_operand(other)] {                                  \
-      at::op##_out(const_cast<at::Tensor&>(a.host), a.host, b.host);                            \
+    if (!simple_in_place(self, other)) {                                                       \
+      DeviceStructured<at::meta::structured_##op##_Tensor> s;                                  \
+      s.out = self;                                                                            \
+      s.in_place = true;                                                                       \
+      s.meta(self, other);                                                                     \
+    }                                                                                          \
+    queue([a = KernelOperand::capture(self), b = KernelOperand::capture(other)] {              \
+      at::Tensor result = a.host();                                                            \
+      at::cpu::op##_out(result, result, b.host());                                             \
     });                                                                                        \
     return self;                                                                               \
   }
 
 #define VTPU_UNARY(op)                                                                         \
   at::Tensor op##_unary(const at::Tensor& self) {                                              \
-    DeviceStructured<at::meta::structured_##op> s;                                             \
-    s.meta(self);                                                                              \
-    queue([o = host_operand(s.out), a = host_operand(self)] {                                  \
-      at::op##_out(const_cast<at::Tensor&>(o.host), a.host);                                    \
+    at::Tensor out;                                                                            \
+    if (simple_unary(self)) {                                                                  \
+      out = empty_device(self.sizes(), self.scalar_type());                                    \
+    } else {                                                                                   \
+      DeviceStructured<at::meta::structured_##op> s;                                           \
+      s.meta(self);                                                                            \
+      out = std::move(s.out);                                                                  \
+    }                                                                                          \
+    queue([o = KernelOperand::capture(out), a = KernelOperand::capture(self)] {                \
+      at::Tensor result = o.host();                                                            \
+      at::cpu::op##_out(result, a.host());                                                     \
     });                                                                                        \
-    return s.out;                                                                              \
+    return out;                                                                                \
   }
 
 VTPU_BINARY_ALPHA(add)

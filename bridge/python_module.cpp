@@ -105,6 +105,14 @@ PYBIND11_MODULE(_C, m) {
     }
   }); });
   m.def("_physical_memory", [] { return vtpu::runtime::physical_memory_bytes(); });
+  // Called at interpreter exit: finish queued work while everything it uses
+  // still exists; errors nobody asked for any more are dropped, not raised.
+  m.def("_shutdown", [] {
+    py::gil_scoped_release no_gil;
+    auto& stream = DeviceContext::get().stream();
+    stream.wait_for(stream.enqueued());
+    (void)stream.take_error();
+  });
   m.def("_stream_idle", [] { return DeviceContext::get().stream().query(); });
   m.def("_default_generator", [] { return default_generator(); });
 }

@@ -11,6 +11,8 @@ def _autoload() -> None:
     autoload may call it while this module is still importing torch."""
 
 
+import atexit  # noqa: E402
+
 import torch  # noqa: E402
 
 from . import _C  # registers kernels, allocator, guard and hooks for PrivateUse1
@@ -35,4 +37,5 @@ def _register_device() -> None:
 
 
 _register_device()
+atexit.register(_C._shutdown)
 _modes._apply_env_mode()

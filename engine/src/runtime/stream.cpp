@@ -75,15 +75,16 @@ void Stream::worker_loop(std::function<void()> on_worker_start) {
       // Destroy the task (and the buffers it holds) before announcing it done,
       // so that memory statistics read after a synchronize are exact.
       batch.pop_front();
-      completed_.fetch_add(1, std::memory_order_acq_rel);
+      completed_.fetch_add(1, std::memory_order_seq_cst);
       // Wake waiters after every task, not once per batch: a later task of the
       // batch may itself wait on a thread that waits for this one (events
-      // across streams), and would otherwise deadlock. The empty critical
-      // section orders the increment against a waiter's predicate check.
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
+      // across streams). The empty critical section orders the increment
+      // against a waiter's predicate check; seq_cst on both counters makes
+      // "no waiters" safe to trust.
+      if (waiters_.load(std::memory_order_seq_cst) > 0) {
+        { std::lock_guard<std::mutex> lock(mutex_); }
+        work_done_.notify_all();
       }
-      work_done_.notify_all();
     }
   }
 }
@@ -91,7 +92,9 @@ void Stream::worker_loop(std::function<void()> on_worker_start) {
 void Stream::wait_for(std::uint64_t sequence) const {
   if (completed_.load(std::memory_order_acquire) >= sequence) return;
   std::unique_lock<std::mutex> lock(mutex_);
-  work_done_.wait(lock, [&] { return completed_.load(std::memory_order_acquire) >= sequence; });
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  work_done_.wait(lock, [&] { return completed_.load(std::memory_order_seq_cst) >= sequence; });
+  waiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void Stream::synchronize() {

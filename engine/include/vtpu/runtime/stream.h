@@ -57,6 +57,9 @@ class Stream {
   bool worker_sleeping_ = false;
   std::atomic<std::uint64_t> enqueued_{0};
   std::atomic<std::uint64_t> completed_{0};
+  // Threads blocked in wait_for; lets the worker skip the lock and the
+  // notify after each task when nobody waits (the common case).
+  mutable std::atomic<int> waiters_{0};
   std::exception_ptr first_error_;
   std::thread::id worker_id_;
   std::thread worker_;

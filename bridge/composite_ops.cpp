@@ -1,0 +1,85 @@
+// Ops that ATen answers differently for "other" backends than for CPU, where
+// the generic host-kernel path alone would be wrong, slow or missing:
+// shallow-copy compatibility (.data =, tied weights across .to()), the fused
+// RNN cells ATen only has for CUDA, and the SDPA backend choice.
+#include <ATen/ATen.h>
+#include <ATen/ops/_fused_sdp_choice.h>
+#include <torch/library.h>
+
+#include "aten_bridge.h"
+
+namespace vtpu::bridge {
+namespace {
+
+// Dense vtpu and CPU tensors can take each other's payload, as CPU and CUDA
+// ones do (Module.to() moves parameters in place this way, which keeps tied
+// weights tied); without it `param.data = t` fails across the two devices.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && (t.device().type() == kVtpu || t.device().is_cpu());
+  };
+  return dense(self) && dense(from);
+}
+
+at::Tensor with_bias(const at::Tensor& gates, const std::optional<at::Tensor>& bias) {
+  return bias.has_value() && bias->defined() ? gates + *bias : gates;
+}
+
+// ATen calls the fused cells for every non-CPU device but implements them for
+// CUDA only. Registered for AutogradPrivateUse1 and written with ATen ops, so
+// autograd differentiates the pieces. Gate order and rounding order follow
+// ATen's CPU LSTMCell/GRUCell.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell(
+    const at::Tensor& input_gates, const at::Tensor& hidden_gates, const at::Tensor& cx,
+    const std::optional<at::Tensor>& input_bias, const std::optional<at::Tensor>& hidden_bias) {
+  const at::Tensor gates = with_bias(hidden_gates, hidden_bias) + with_bias(input_gates, input_bias);
+  auto chunks = gates.unsafe_chunk(4, 1);
+  const at::Tensor in_gate = chunks[0].sigmoid();
+  const at::Tensor forget_gate = chunks[1].sigmoid();
+  const at::Tensor cell_gate = chunks[2].tanh();
+  const at::Tensor out_gate = chunks[3].sigmoid();
+  at::Tensor cy = forget_gate * cx + in_gate * cell_gate;
+  at::Tensor hy = out_gate * cy.tanh();
+  // The third result is CUDA's backward workspace; nothing reads it here.
+  return {hy, cy, gates};
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_gru_cell(const at::Tensor& input_gates,
+                                                  const at::Tensor& hidden_gates, const at::Tensor& hx,
+                                                  const std::optional<at::Tensor>& input_bias,
+                                                  const std::optional<at::Tensor>& hidden_bias) {
+  auto in = with_bias(input_gates, input_bias).unsafe_chunk(3, 1);
+  auto hid = with_bias(hidden_gates, hidden_bias).unsafe_chunk(3, 1);
+  const at::Tensor reset_gate = (hid[0] + in[0]).sigmoid();
+  const at::Tensor input_gate = (hid[1] + in[1]).sigmoid();
+  const at::Tensor new_gate = (in[2] + hid[2] * reset_gate).tanh();
+  at::Tensor hy = (hx - new_gate) * input_gate + new_gate;
+  return {hy, at::cat({in[0], in[1], in[2], hid[2], hx}, 1)};
+}
+
+// The choice depends on shapes, dtypes and flags only, so asking ATen's CPU
+// policy about aliases of the device tensors costs no synchronisation and
+// gives the CPU's fused kernel (flash attention for CPU), not the math one.
+int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                         const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                         std::optional<double> scale, bool enable_gqa) {
+  std::optional<at::Tensor> mask;
+  if (attn_mask.has_value() && attn_mask->defined())
+    mask = attn_mask->device().type() == kVtpu ? cpu_alias(*attn_mask) : *attn_mask;
+  return at::_fused_sdp_choice(cpu_alias(query), cpu_alias(key), cpu_alias(value), mask, dropout_p,
+                               is_causal, scale, enable_gqa);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
+  m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
+}
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("_thnn_fused_lstm_cell", TORCH_FN(fused_lstm_cell));
+  m.impl("_thnn_fused_gru_cell", TORCH_FN(fused_gru_cell));
+}
+
+}  // namespace vtpu::bridge

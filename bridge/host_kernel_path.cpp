@@ -130,9 +130,25 @@ bool dense_strides(const at::Tensor& meta) {
   return meta.is_non_overlapping_and_dense();
 }
 
-at::Tensor fresh_output_like(const at::Tensor& meta) {
-  if (dense_strides(meta)) return empty_device_strided(meta.sizes(), meta.strides(), meta.scalar_type());
-  return empty_device(meta.sizes(), meta.scalar_type());
+at::Tensor fresh_output_like(const at::Tensor& meta, c10::ScalarType dtype) {
+  if (dense_strides(meta)) return empty_device_strided(meta.sizes(), meta.strides(), dtype);
+  return empty_device(meta.sizes(), dtype);
+}
+
+// Where ATen's meta and CPU kernels disagree on a result dtype, the device
+// must give what the CPU kernel gives: the normalisation ops return their
+// statistics (results after the first) in the input's reduced precision on the
+// CPU, while their meta kernels say float32 (what CUDA returns).
+c10::ScalarType host_result_dtype(const c10::OperatorHandle& op, std::size_t result,
+                                  const at::Tensor& meta_out, const Stack& stack, std::size_t first) {
+  static const std::unordered_set<std::string> norms = {
+      "aten::native_layer_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit",
+      "aten::_batch_norm_with_update", "aten::native_group_norm"};
+  if (result == 0 || meta_out.scalar_type() != at::kFloat || !stack[first].isTensor()) return meta_out.scalar_type();
+  const auto input_dtype = stack[first].toTensor().scalar_type();
+  if ((input_dtype == at::kBFloat16 || input_dtype == at::kHalf) && norms.count(op.operator_name().name))
+    return input_dtype;
+  return meta_out.scalar_type();
 }
 
 // Index of the argument whose alias set the return `ret` shares.
@@ -163,9 +179,8 @@ std::string op_name(const c10::OperatorHandle& op) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
 }
 
-// Ops known to lack a meta kernel: remembered so they skip straight to the
-// synchronous path instead of raising and catching every time.
-class NoMetaOps {
+// A set of ops learnt at run time (thread-safe).
+class OpSet {
  public:
   bool contains(const c10::OperatorHandle& op) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -181,9 +196,23 @@ class NoMetaOps {
   std::unordered_set<const c10::FunctionSchema*> ops_;
 };
 
-NoMetaOps& no_meta_ops() {
-  static NoMetaOps ops;
+// Ops known to lack a meta kernel: remembered so they skip straight to the
+// synchronous path instead of raising and catching every time.
+OpSet& no_meta_ops() {
+  static OpSet ops;
   return ops;
+}
+
+// Ops whose out= overload turned out not to be a drop-in for the functional
+// op (its CPU kernel resizes the out tensor to an intermediate shape first,
+// as binary_cross_entropy's does): they compute into temporaries instead.
+OpSet& unusable_out_variants() {
+  static OpSet ops;
+  return ops;
+}
+
+bool is_resize_refusal(const c10::Error& error) {
+  return error.msg().find("not resizable") != std::string::npos;
 }
 
 // CPU aliases for the arguments, built at dispatch: they snapshot each
@@ -355,7 +384,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         }
         return device_view(arg, meta_out);
       }
-      at::Tensor out = fresh_output_like(meta_out);
+      at::Tensor out = fresh_output_like(meta_out, host_result_dtype(op, r, meta_out, *stack, first));
       fresh_slots.push_back(static_cast<int>(fresh.size()));
       fresh.push_back(out);
       return out;
@@ -392,22 +421,32 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   auto keep_alive = std::make_shared<std::vector<c10::Storage>>();
   Stack host = host_arguments(schema, *stack, first, keep_alive.get(), true);
   std::optional<c10::OperatorHandle> out_op;
-  if (all_fresh_single_tensors && !mutates && !fresh.empty()) out_op = find_out_variant(op);
+  if (all_fresh_single_tensors && !mutates && !fresh.empty() && !unusable_out_variants().contains(op))
+    out_op = find_out_variant(op);
   std::vector<at::Tensor> fresh_host;
   for (const at::Tensor& t : fresh) {
     keep_alive->push_back(t.storage());
     fresh_host.push_back(cpu_alias(t));
   }
+  Stack out_host;
   if (out_op) {
-    for (const at::Tensor& t : fresh_host) host.emplace_back(t);
+    out_host = host;
+    for (const at::Tensor& t : fresh_host) out_host.emplace_back(t);
   }
-  context.launch([op, out_op, host = std::move(host), fresh_host = std::move(fresh_host),
-                  fresh_slots = std::move(fresh_slots), keep_alive, name]() mutable {
+  context.launch([op, out_op, host = std::move(host), out_host = std::move(out_host),
+                  fresh_host = std::move(fresh_host), fresh_slots = std::move(fresh_slots), keep_alive,
+                  name]() mutable {
     try {
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
       if (out_op) {
-        out_op->callBoxed(host);
-        return;
+        try {
+          out_op->callBoxed(out_host);
+          return;
+        } catch (const c10::Error& error) {
+          // Refused before computing anything: retry the functional op below.
+          if (!is_resize_refusal(error)) throw;
+          unusable_out_variants().add(op);
+        }
       }
       op.callBoxed(host);
       // Fresh results were computed into CPU temporaries: copy them over.

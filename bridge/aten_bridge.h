@@ -41,6 +41,8 @@ class KernelOperand {
   c10::SmallVector<int64_t, 5> strides_;
   int64_t offset_ = 0;
   caffe2::TypeMeta dtype_;
+  bool conj_ = false;
+  bool neg_ = false;
   at::Tensor host_copy_;  // set for non-device operands
 };
 

@@ -110,6 +110,8 @@ class MetaMirror {
     at::Tensor meta = at::detail::make_tensor<c10::TensorImpl>(
         c10::Storage(*storage), c10::DispatchKeySet(c10::DispatchKey::Meta), t.dtype());
     meta.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    if (t.is_conj()) meta._set_conj(true);
+    if (t.is_neg()) meta._set_neg(true);
     return meta;
   }
 
@@ -123,6 +125,8 @@ at::Tensor device_view(const at::Tensor& base, const at::Tensor& meta) {
   at::Tensor view = at::detail::make_tensor<c10::TensorImpl>(
       c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), meta.dtype());
   view.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides(), meta.storage_offset());
+  if (meta.is_conj()) view._set_conj(true);
+  if (meta.is_neg()) view._set_neg(true);
   return view;
 }
 

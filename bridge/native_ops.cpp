@@ -215,7 +215,7 @@ at::Tensor empty_device_strided(c10::IntArrayRef sizes, c10::IntArrayRef strides
 namespace {
 
 at::Tensor alias_of(const c10::Storage& device_storage, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                    int64_t offset, caffe2::TypeMeta dtype) {
+                    int64_t offset, caffe2::TypeMeta dtype, bool conj, bool neg) {
   c10::StorageImpl* storage = device_storage.unsafeGetStorageImpl();
   c10::DataPtr data(storage->mutable_data(), c10::Device(c10::DeviceType::CPU));
   auto cpu_storage = c10::make_intrusive<c10::StorageImpl>(
@@ -224,6 +224,9 @@ at::Tensor alias_of(const c10::Storage& device_storage, c10::IntArrayRef sizes, 
   at::Tensor alias = at::detail::make_tensor<c10::TensorImpl>(
       c10::Storage(std::move(cpu_storage)), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
   alias.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+  // Lazy conjugation/negation travel with the view, so the CPU kernel resolves them.
+  if (conj) alias._set_conj(true);
+  if (neg) alias._set_neg(true);
   return alias;
 }
 
@@ -240,17 +243,32 @@ KernelOperand KernelOperand::capture(const at::Tensor& t) {
   operand.strides_.assign(t.strides().begin(), t.strides().end());
   operand.offset_ = t.storage_offset();
   operand.dtype_ = t.dtype();
+  operand.conj_ = t.is_conj();
+  operand.neg_ = t.is_neg();
   return operand;
 }
 
 at::Tensor KernelOperand::host() const {
   if (host_copy_.defined()) return host_copy_;
-  return alias_of(storage_, sizes_, strides_, offset_, dtype_);
+  return alias_of(storage_, sizes_, strides_, offset_, dtype_, conj_, neg_);
 }
 
 at::Tensor cpu_alias(const at::Tensor& device_tensor) {
   return alias_of(device_tensor.storage(), device_tensor.sizes(), device_tensor.strides(),
-                  device_tensor.storage_offset(), device_tensor.dtype());
+                  device_tensor.storage_offset(), device_tensor.dtype(), device_tensor.is_conj(),
+                  device_tensor.is_neg());
+}
+
+// Copies resolve lazy conjugation/negation themselves (the CPU copy_ they
+// run does); letting those fallbacks materialise first would recurse, since
+// materialising is itself a copy into the device.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -33,7 +33,7 @@ $(DEPS_STAMP): pyproject.toml | $(VPY)
 	$(VPY) -m pip install -q --upgrade pip
 	# torch pinned: the CPU wheel on disk (an unpinned torch would pull a CUDA build).
 	$(VPY) -m pip install -q torch==2.13.0 numpy pytest scikit-build-core ninja "cmake>=3.22" \
-	    transformers==5.23.0 accelerate==1.15.0 tqdm
+	    transformers==5.23.0 accelerate==1.15.0 tqdm expecttest
 	touch $@
 
 build: system-deps $(DEPS_STAMP)

@@ -139,20 +139,37 @@ at::Tensor fresh_output_like(const at::Tensor& meta, c10::ScalarType dtype) {
   return empty_device(meta.sizes(), dtype);
 }
 
-// Where ATen's meta and CPU kernels disagree on a result dtype, the device
-// must give what the CPU kernel gives: the normalisation ops return their
-// statistics (results after the first) in the input's reduced precision on the
-// CPU, while their meta kernels say float32 (what CUDA returns).
-c10::ScalarType host_result_dtype(const c10::OperatorHandle& op, std::size_t result,
-                                  const at::Tensor& meta_out, const Stack& stack, std::size_t first) {
+// Where ATen's meta and CPU kernels disagree about a result, the device must
+// give what the CPU kernel gives:
+// - the normalisation ops return their statistics (results after the first)
+//   in the input's reduced precision on the CPU; their meta kernels say
+//   float32 (what CUDA returns);
+// - batch norm in evaluation mode returns empty statistics on the CPU; its
+//   meta kernel gives them the channel count.
+struct HostResult {
+  c10::ScalarType dtype;
+  bool empty;
+};
+
+HostResult host_result(const c10::OperatorHandle& op, std::size_t result, const at::Tensor& meta_out,
+                       const Stack& stack, std::size_t first) {
   static const std::unordered_set<std::string> norms = {
       "aten::native_layer_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit",
       "aten::_batch_norm_with_update", "aten::native_group_norm"};
-  if (result == 0 || meta_out.scalar_type() != at::kFloat || !stack[first].isTensor()) return meta_out.scalar_type();
+  HostResult host{meta_out.scalar_type(), false};
+  if (result == 0 || !stack[first].isTensor()) return host;
+  const std::string& name = op.operator_name().name;
+  if (!norms.count(name)) return host;
   const auto input_dtype = stack[first].toTensor().scalar_type();
-  if ((input_dtype == at::kBFloat16 || input_dtype == at::kHalf) && norms.count(op.operator_name().name))
-    return input_dtype;
-  return meta_out.scalar_type();
+  if (meta_out.scalar_type() == at::kFloat && (input_dtype == at::kBFloat16 || input_dtype == at::kHalf))
+    host.dtype = input_dtype;
+  const bool batch_norm_with_stats = (name == "aten::native_batch_norm" ||
+                                      (name == "aten::_native_batch_norm_legit" &&
+                                       op.operator_name().overload_name.empty()));
+  if (batch_norm_with_stats && stack.size() > first + 5 && stack[first + 5].isBool() &&
+      !stack[first + 5].toBool())
+    host.empty = true;
+  return host;
 }
 
 // Index of the argument whose alias set the return `ret` shares.
@@ -213,6 +230,33 @@ OpSet& no_meta_ops() {
 OpSet& unusable_out_variants() {
   static OpSet ops;
   return ops;
+}
+
+// Ops whose meta kernel gives other result shapes than their CPU kernel
+// (embedding_bag's offset2bag/bag_size depend on the mode in ways the meta
+// kernel does not follow): they run synchronously, with the CPU's shapes.
+// Ops found to disagree at run time join them (see check_fresh_geometry).
+OpSet& meta_disagrees_with_cpu() {
+  static OpSet* ops = [] {
+    auto* set = new OpSet();
+    for (const char* name : {"aten::_embedding_bag", "aten::_embedding_bag_forward_only"}) {
+      if (auto op = c10::Dispatcher::singleton().findSchema({name, ""})) set->add(*op);
+    }
+    return set;
+  }();
+  return *ops;
+}
+
+// A queued kernel must produce exactly the geometry promised to Python at
+// dispatch. If it did not, the op is wrong on this path: say so (never a
+// silent wrong result) and run it synchronously from now on.
+void check_fresh_geometry(const c10::OperatorHandle& op, const at::Tensor& promised, const at::Tensor& produced,
+                          const std::string& name) {
+  if (promised.sizes() == produced.sizes()) return;
+  meta_disagrees_with_cpu().add(op);
+  TORCH_CHECK(false, "[vtpu] ", name, ": the CPU kernel produced a result of shape ", produced.sizes(),
+              " where its meta kernel promised ", promised.sizes(),
+              "; the result is invalid. Later calls of this op run synchronously with the CPU's shapes.");
 }
 
 bool is_resize_refusal(const c10::Error& error) {
@@ -338,6 +382,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
 
   if (!returns_only_tensors(schema)) return run_synchronously(op, stack, "host_value_op");
   if (no_meta_ops().contains(op)) return run_synchronously(op, stack, "op_without_meta");
+  if (meta_disagrees_with_cpu().contains(op)) return run_synchronously(op, stack, "meta_disagrees_with_cpu");
 
   // 1. Output metadata from the meta kernel.
   MetaMirror mirror;
@@ -388,7 +433,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         }
         return device_view(arg, meta_out);
       }
-      at::Tensor out = fresh_output_like(meta_out, host_result_dtype(op, r, meta_out, *stack, first));
+      const HostResult host = host_result(op, r, meta_out, *stack, first);
+      at::Tensor out = host.empty ? empty_device({0}, host.dtype) : fresh_output_like(meta_out, host.dtype);
       fresh_slots.push_back(static_cast<int>(fresh.size()));
       fresh.push_back(out);
       return out;
@@ -444,7 +490,18 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
       if (out_op) {
         try {
+          // The out tensors follow the functional arguments in out_host.
+          std::vector<std::vector<int64_t>> promised_sizes;
+          for (const at::Tensor& t : fresh_host) promised_sizes.emplace_back(t.sizes().vec());
           out_op->callBoxed(out_host);
+          for (std::size_t i = 0; i < fresh_host.size(); ++i) {
+            if (fresh_host[i].sizes() != c10::IntArrayRef(promised_sizes[i])) {
+              meta_disagrees_with_cpu().add(op);
+              TORCH_CHECK(false, "[vtpu] ", name, ": its out= CPU kernel resized result ", i, " from ",
+                          c10::IntArrayRef(promised_sizes[i]), " to ", fresh_host[i].sizes(),
+                          "; the result is invalid. Later calls of this op run synchronously.");
+            }
+          }
           return;
         } catch (const c10::Error& error) {
           // Refused before computing anything: retry the functional op below.
@@ -460,7 +517,11 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         for_each_tensor(ret, [&](const at::Tensor& result) {
           const int target = slot < fresh_slots.size() ? fresh_slots[slot] : -1;
           ++slot;
-          if (target >= 0 && result.defined()) fresh_host[static_cast<std::size_t>(target)].copy_(result);
+          if (target >= 0 && result.defined()) {
+            at::Tensor& destination = fresh_host[static_cast<std::size_t>(target)];
+            check_fresh_geometry(op, destination, result, name);
+            destination.copy_(result);
+          }
         });
       }
     } catch (c10::NotImplementedError& error) {

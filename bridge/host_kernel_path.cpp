@@ -489,25 +489,28 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
     try {
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
       if (out_op) {
+        // The out= kernel writes straight into the device buffers. It must
+        // leave them exactly as promised at dispatch; some CPU out= kernels
+        // restride their output (channels-last) or resize it to scratch
+        // shapes. Then the values are laid out wrongly: recompute with the
+        // functional op into temporaries and copy, and stop using out= for it.
+        std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> promised;
+        for (const at::Tensor& t : fresh_host) promised.emplace_back(t.sizes().vec(), t.strides().vec());
+        bool kept_geometry = true;
         try {
-          // The out tensors follow the functional arguments in out_host.
-          std::vector<std::vector<int64_t>> promised_sizes;
-          for (const at::Tensor& t : fresh_host) promised_sizes.emplace_back(t.sizes().vec());
           out_op->callBoxed(out_host);
-          for (std::size_t i = 0; i < fresh_host.size(); ++i) {
-            if (fresh_host[i].sizes() != c10::IntArrayRef(promised_sizes[i])) {
-              meta_disagrees_with_cpu().add(op);
-              TORCH_CHECK(false, "[vtpu] ", name, ": its out= CPU kernel resized result ", i, " from ",
-                          c10::IntArrayRef(promised_sizes[i]), " to ", fresh_host[i].sizes(),
-                          "; the result is invalid. Later calls of this op run synchronously.");
-            }
-          }
-          return;
         } catch (const c10::Error& error) {
-          // Refused before computing anything: retry the functional op below.
           if (!is_resize_refusal(error)) throw;
-          unusable_out_variants().add(op);
+          kept_geometry = false;
         }
+        for (std::size_t i = 0; kept_geometry && i < fresh_host.size(); ++i)
+          kept_geometry = fresh_host[i].sizes() == c10::IntArrayRef(promised[i].first) &&
+                          fresh_host[i].strides() == c10::IntArrayRef(promised[i].second);
+        if (kept_geometry) return;
+        unusable_out_variants().add(op);
+        for (std::size_t i = 0; i < fresh_host.size(); ++i)
+          fresh_host[i].unsafeGetTensorImpl()->set_sizes_and_strides(promised[i].first, promised[i].second,
+                                                                     fresh_host[i].storage_offset());
       }
       op.callBoxed(host);
       // Fresh results were computed into CPU temporaries: copy them over.
@@ -545,11 +548,13 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 }
 
 // Ops whose CompositeExplicitAutograd kernel would win over a fallback: the
-// convolution ones only raise "not implemented"; layer norm's composite is a
-// different formula than ATen's CPU kernel (results would differ from CPU).
+// convolution ones only raise "not implemented"; the others' composites use
+// other formulas than ATen's CPU kernels (results would differ from CPU) or
+// hand the CPU kernel out= buffers it wants to resize (lstsq).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"convolution_overrideable", "convolution_backward_overrideable",
-                           "native_layer_norm", "native_layer_norm_backward"}) {
+                           "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
+                           "native_group_norm_backward", "addr", "linalg_lstsq"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
   }
 }

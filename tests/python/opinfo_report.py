@@ -36,28 +36,36 @@ BARS = {"f32": 97.0, "f32_grad": 95.0}
 Key = Tuple[str, str]
 
 
-def load_results(path: Path, build: str) -> Dict[Key, Dict[str, Any]]:
-    """The latest result per (entry, variant) recorded for bridge build `build`."""
+def load_results(path: Path, build: str, max_samples: int) -> Dict[Key, Dict[str, Any]]:
+    """The latest result per (entry, variant) recorded for bridge build
+    `build` with `max_samples` samples."""
     results: Dict[Key, Dict[str, Any]] = {}
     if not path.exists():
         return results
+    samples = None
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut short by a killed run
-        if record.get("kind") != "result" or record.get("bridge_build") != build:
+        if record.get("kind") == "header":
+            samples = record.get("max_samples")
+        if record.get("kind") != "result" or record.get("bridge_build") != build \
+                or samples != max_samples:
             continue
         results[(record["entry"], record["variant"])] = record
     return results
 
 
 def run_sweep(tasks: List[Key], writer: sweep.ResultWriter, jobs: int, timeout_s: int,
-              results: Dict[Key, Dict[str, Any]]) -> None:
+              max_samples: int, results: Dict[Key, Dict[str, Any]]) -> List[str]:
+    """Runs `tasks` on `jobs` workers; returns the errors that stopped it
+    (a worker that cannot start: the package does not import)."""
     build = sweep.bridge_build_id()
     queue = list(tasks)
     lock = threading.Lock()
     done = [0]
+    errors: List[str] = []
     start = time.monotonic()
     env = {"VTPU_OPINFO_THREADS": "1"} if jobs > 1 else {}
 
@@ -66,10 +74,21 @@ def run_sweep(tasks: List[Key], writer: sweep.ResultWriter, jobs: int, timeout_s
         try:
             while True:
                 with lock:
-                    if not queue:
+                    if not queue or errors:
                         return
                     entry, variant = queue.pop(0)
-                result = worker.run(entry, variant, timeout_s=timeout_s)
+                try:
+                    result = worker.run(entry, variant, timeout_s=timeout_s, max_samples=max_samples)
+                except sweep.WorkerStartError as error:
+                    with lock:
+                        errors.append(str(error))
+                    return
+                except Exception as error:  # a garbled answer: fail the pair, restart the worker
+                    worker.close()
+                    result = {"entry": entry, "variant": variant, "status": "fail",
+                              "reason": f"HarnessError: {type(error).__name__}: {error}",
+                              "detail": "", "compared": 1, "skipped_samples": 0, "seconds": 0.0,
+                              "leaked_bytes": 0}
                 record = {"kind": "result", "bridge_build": build, **result}
                 writer.write(record)
                 with lock:
@@ -87,6 +106,7 @@ def run_sweep(tasks: List[Key], writer: sweep.ResultWriter, jobs: int, timeout_s
         thread.start()
     for thread in threads:
         thread.join()
+    return errors
 
 
 # ---- the document -------------------------------------------------------------
@@ -221,6 +241,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--timeout", type=int, default=sweep.ENTRY_TIMEOUT_S,
                         help="seconds per entry and variant")
+    parser.add_argument("--max-samples", type=int, default=int(os.environ.get(
+        "VTPU_OPINFO_MAX_SAMPLES", sweep.FULL_SAMPLES)), help="sample inputs per entry and variant")
     parser.add_argument("--fresh", action="store_true", help="ignore earlier results")
     parser.add_argument("--rerun-failures", action="store_true", help="run failed pairs again")
     parser.add_argument("--only", default="", help="comma-separated entry names to (re)run")
@@ -228,8 +250,8 @@ def main() -> int:
     args = parser.parse_args()
 
     build = sweep.bridge_build_id()
-    header = sweep.run_header(full=True)
-    results = {} if args.fresh else load_results(args.results, build)
+    header = sweep.run_header(full=True, max_samples=args.max_samples)
+    results = {} if args.fresh else load_results(args.results, build, args.max_samples)
     ops = {sweep.entry_name(op): op for op in sweep.op_db}
     all_pairs = [(entry, v) for entry in ops for v in sweep.VARIANTS]
     if args.only:
@@ -257,8 +279,11 @@ def main() -> int:
             results[(entry, variant)] = record
         print(f"running {len(to_run)} (entry, variant) pairs on {args.jobs} worker(s); "
               f"{len(all_pairs) - len(todo)} reused from {args.results}", flush=True)
-        run_sweep(to_run, writer, args.jobs, args.timeout, results)
+        errors = run_sweep(to_run, writer, args.jobs, args.timeout, args.max_samples, results)
         writer.close()
+        if errors:
+            print(f"sweep stopped, {args.doc} left as it was:\n{errors[0]}", file=sys.stderr)
+            return 2
 
     args.doc.parent.mkdir(parents=True, exist_ok=True)
     args.doc.write_text(render(results, header), encoding="utf-8")

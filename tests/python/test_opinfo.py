@@ -19,7 +19,8 @@ the bridge or a hang fails that test only, with the signal and the worker's
 last output, and the next test gets a fresh worker. Device memory is released
 after each entry (and what stays allocated is recorded as leaked_bytes).
 
-Other knobs: VTPU_OPINFO_MAX_SAMPLES (default 4), VTPU_OPINFO_TIMEOUT
+Other knobs: VTPU_OPINFO_MAX_SAMPLES (samples per entry and variant: the
+first 4 in the CI slice, the first 32 in the full sweep), VTPU_OPINFO_TIMEOUT
 (seconds per entry and variant, default 120), VTPU_OPINFO_ONLY (a
 comma-separated list of entry or op names, e.g. "add,max.binary"),
 VTPU_OPINFO_INPROCESS=1 (run in the pytest process, for a debugger).
@@ -42,8 +43,6 @@ import tempfile
 import threading
 import time
 import traceback
-import types
-import unittest
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -53,21 +52,6 @@ import torch_vtpu  # noqa: F401  registers the "vtpu" device
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
-def _ensure_expecttest() -> None:
-    # torch.testing._internal.common_utils imports `expecttest` only for the
-    # base class of its TestCase and an ACCEPT flag; the OpInfo database needs
-    # neither. The project's test dependencies do not include it, so stand in
-    # for it when it is missing.
-    try:
-        import expecttest  # noqa: F401
-    except ImportError:
-        stub = types.ModuleType("expecttest")
-        stub.TestCase = unittest.TestCase
-        stub.ACCEPT = False
-        sys.modules["expecttest"] = stub
-
-
-_ensure_expecttest()
 from torch.testing._internal.common_device_type import toleranceOverride  # noqa: E402
 from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
 
@@ -95,9 +79,13 @@ VARIANT_LABEL = {
     "i64": "int64 fwd",
 }
 
-MAX_SAMPLES = int(os.environ.get("VTPU_OPINFO_MAX_SAMPLES", "4"))
-ENTRY_TIMEOUT_S = int(os.environ.get("VTPU_OPINFO_TIMEOUT", "120"))
 FULL = os.environ.get("VTPU_OPINFO_FULL", "") not in ("", "0")
+# The CI slice keeps to a few samples for time; the full sweep can afford
+# more (it runs in a few minutes), and later samples find more: odd memory
+# formats, broadcasting, empty tensors.
+CI_SAMPLES, FULL_SAMPLES = 4, 32
+MAX_SAMPLES = int(os.environ.get("VTPU_OPINFO_MAX_SAMPLES", FULL_SAMPLES if FULL else CI_SAMPLES))
+ENTRY_TIMEOUT_S = int(os.environ.get("VTPU_OPINFO_TIMEOUT", "120"))
 CI_STRIDE = 8
 
 # Always part of the CI slice (matched against op.name, so every variant of
@@ -509,7 +497,11 @@ def _run_forward_sample(op, sample, tol: Tolerance, keep_on_cpu: Optional[List[b
         raise SampleSkipped(f"cpu reference raised on a rerun: {_first_line(error)}") from None
     _check_reproducible(expected, again, random_ops)
 
-    actual = _call(op, d_input, d_args, d_kwargs)
+    # A factory call with neither tensors nor a device argument (arange(2))
+    # creates on the default device: make that vtpu, as a user would.
+    default_device = torch.device(DEVICE) if not d_transfer.pairs else contextlib.nullcontext()
+    with default_device:
+        actual = _call(op, d_input, d_args, d_kwargs)
     _compare(actual, expected, tol, "output")
     # In-place and out= behaviour: the inputs must end up the same too.
     for original, copy in d_transfer.pairs:
@@ -732,11 +724,11 @@ def bridge_build_id() -> str:
     return f"{so.name}:{int(stat.st_mtime)}:{stat.st_size}"
 
 
-def run_header(full: bool) -> Dict[str, Any]:
+def run_header(full: bool, max_samples: int = MAX_SAMPLES) -> Dict[str, Any]:
     return {
         "kind": "header", "torch": torch.__version__, "vtpu": torch_vtpu.__version__,
         "bridge_build": bridge_build_id(), "mode": torch_vtpu.get_mode(), "full": full,
-        "max_samples": MAX_SAMPLES, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "max_samples": max_samples, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
 
 
@@ -756,8 +748,13 @@ def _worker_main() -> None:
         sys.stderr.write(f"[opinfo worker] {request['entry']} {request['variant']}\n")
         sys.stderr.flush()
         result = run_entry(ops[request["entry"]], request["variant"],
+                           max_samples=int(request.get("max_samples", MAX_SAMPLES)),
                            timeout_s=int(request.get("timeout_s", ENTRY_TIMEOUT_S)))
         protocol.write(json.dumps(result) + "\n")
+
+
+class WorkerStartError(RuntimeError):
+    """The worker process did not come up (torch_vtpu does not import)."""
 
 
 class Worker:
@@ -784,7 +781,7 @@ class Worker:
         if not line:
             tail = self._stderr_tail()
             self.close()
-            raise RuntimeError(f"opinfo worker failed to start:\n{tail}")
+            raise WorkerStartError(f"opinfo worker failed to start:\n{tail}")
         self.header = json.loads(line)
 
     def _read_line(self, timeout_s: float) -> Optional[str]:
@@ -805,12 +802,13 @@ class Worker:
         self._stderr.seek(max(0, size - limit))
         return self._stderr.read().decode("utf-8", "replace")
 
-    def run(self, entry: str, variant: str, timeout_s: int = ENTRY_TIMEOUT_S) -> Dict[str, Any]:
+    def run(self, entry: str, variant: str, timeout_s: int = ENTRY_TIMEOUT_S,
+            max_samples: int = MAX_SAMPLES) -> Dict[str, Any]:
         if self._proc is None or self._proc.poll() is not None:
             self._start()
         assert self._proc is not None and self._proc.stdin is not None
-        self._proc.stdin.write(json.dumps({"entry": entry, "variant": variant,
-                                           "timeout_s": timeout_s}) + "\n")
+        self._proc.stdin.write(json.dumps({"entry": entry, "variant": variant, "timeout_s": timeout_s,
+                                           "max_samples": max_samples}) + "\n")
         self._proc.stdin.flush()
         # The worker's own alarm fires at timeout_s; this is the hard limit
         # for hangs inside C++ (a deadlocked stream), which it cannot see.

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "gate.h"
 #include "vtpu/runtime/error.h"
 #include "vtpu/runtime/stream.h"
 
@@ -20,24 +21,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Holds a stream's worker until opened; opens itself on destruction so a
-// failed assertion cannot hang the stream's destructor.
-class Gate {
- public:
-  Gate() : future_(promise_.get_future().share()) {}
-  ~Gate() { open(); }
-  Stream::Task task() const {
-    return [f = future_] { f.wait(); };
-  }
-  void open() {
-    if (!opened_.exchange(true)) promise_.set_value();
-  }
-
- private:
-  std::promise<void> promise_;
-  std::shared_future<void> future_;
-  std::atomic<bool> opened_{false};
-};
+using testing::Gate;
 
 void expect_invalid_argument(const Event& start, const Event& end) {
   try {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "gate.h"
 #include "vtpu/runtime/error.h"
 
 namespace vtpu::runtime {
@@ -19,25 +20,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Holds the worker inside a task until released, so the test controls what
-// is still pending. Released on destruction so a failed assertion cannot
-// leave the stream's destructor waiting forever.
-class Gate {
- public:
-  Gate() : future_(promise_.get_future().share()) {}
-  ~Gate() { open(); }
-  Stream::Task task() const {
-    return [f = future_] { f.wait(); };
-  }
-  void open() {
-    if (!opened_.exchange(true)) promise_.set_value();
-  }
-
- private:
-  std::promise<void> promise_;
-  std::shared_future<void> future_;
-  std::atomic<bool> opened_{false};
-};
+using testing::Gate;
 
 TEST(StreamTest, TasksRunInEnqueueOrder) {
   Stream stream;

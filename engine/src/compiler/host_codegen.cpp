@@ -1,0 +1,361 @@
+#include "vtpu/compiler/host_codegen.h"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "vtpu/compiler/launch_abi.h"
+#include "vtpu/ir/canonical.h"
+#include "vtpu/runtime/error.h"
+
+namespace vtpu::compiler {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+using runtime::Error;
+using runtime::ErrorKind;
+
+// Storage type of each dtype in generated code (half types are raw bits).
+const char* storage_type(DType t) {
+  switch (t) {
+    case DType::kBool: return "bool";
+    case DType::kUInt8: return "uint8_t";
+    case DType::kInt8: return "int8_t";
+    case DType::kInt16: return "int16_t";
+    case DType::kInt32: return "int32_t";
+    case DType::kInt64: return "int64_t";
+    case DType::kFloat16: return "vtpu_half";
+    case DType::kBFloat16: return "vtpu_bf16";
+    case DType::kFloat32: return "float";
+    case DType::kFloat64: return "double";
+  }
+  return "float";
+}
+
+// The type arithmetic is done in (torch's opmath type).
+const char* compute_type_name(DType t) { return storage_type(ir::compute_type(t)); }
+
+// Helpers every kernel shares: half conversions with round-to-nearest-even,
+// and the few math functions whose torch semantics differ from <cmath>'s.
+constexpr const char* kPrelude = R"PRELUDE(
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+struct vtpu_half { uint16_t bits; };
+struct vtpu_bf16 { uint16_t bits; };
+static inline float vtpu_load(vtpu_bf16 v) { uint32_t u = (uint32_t)v.bits << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline vtpu_bf16 vtpu_to_bf16(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if (std::isnan(f)) return vtpu_bf16{(uint16_t)((u >> 16) | 0x40)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return vtpu_bf16{(uint16_t)(u >> 16)};
+}
+static inline float vtpu_load(vtpu_half v) { _Float16 h; std::memcpy(&h, &v.bits, 2); return (float)h; }
+static inline vtpu_half vtpu_to_half(float f) { _Float16 h = (_Float16)f; vtpu_half r; std::memcpy(&r.bits, &h, 2); return r; }
+template <typename T> static inline T vtpu_load(T v) { return v; }
+template <typename To> struct vtpu_store_t { template <typename From> static To of(From v) { return (To)v; } };
+template <> struct vtpu_store_t<vtpu_bf16> { template <typename From> static vtpu_bf16 of(From v) { return vtpu_to_bf16((float)v); } };
+template <> struct vtpu_store_t<vtpu_half> { template <typename From> static vtpu_half of(From v) { return vtpu_to_half((float)v); } };
+template <> struct vtpu_store_t<bool> { template <typename From> static bool of(From v) { return v != From(0); } };
+template <typename T> static inline T vtpu_max(T a, T b) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; if (b != b) return b; } return a > b ? a : b; }
+template <typename T> static inline T vtpu_min(T a, T b) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; if (b != b) return b; } return a < b ? a : b; }
+template <typename T> static inline T vtpu_relu(T a) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; } return a > T(0) ? a : T(0); }
+template <typename T> static inline T vtpu_sign(T a) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return T(0); } return T((T(0) < a) - (a < T(0))); }
+template <typename T> static inline T vtpu_floor_div(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) { return std::floor(a / b); }
+  else { T q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) --q; return q; }
+}
+template <typename T> static inline T vtpu_remainder(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) { T r = std::fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
+  else { T r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
+}
+template <typename T> static inline T vtpu_fmod(T a, T b) { if constexpr (std::is_floating_point_v<T>) return std::fmod(a, b); else return a % b; }
+template <typename T> static inline T vtpu_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
+)PRELUDE";
+
+std::string number(double v) {
+  std::ostringstream out;
+  out.precision(17);
+  out << v;
+  std::string s = out.str();
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  if (s == "inf") return "INFINITY";
+  if (s == "-inf") return "-INFINITY";
+  return s;
+}
+
+class Emitter {
+ public:
+  explicit Emitter(const ir::Graph& graph) : graph_(graph) {}
+
+  GeneratedKernel emit(const std::string& symbol) {
+    validate();
+    const auto& out_type = graph_.type(graph_.outputs().front());
+    const int rank = static_cast<int>(out_type.rank());
+    bool all_contiguous = true;
+    for (ir::ValueId id : graph_.inputs())
+      all_contiguous &= graph_.type(id).sizes == out_type.sizes && graph_.type(id).is_contiguous();
+
+    std::ostringstream s;
+    // Each kernel's helpers live in a namespace of their own, so that many
+    // kernels can share one translation unit (the AOT library).
+    s << "namespace ns_" << symbol << " {\nstruct Context {\n";
+    const int num_outputs = static_cast<int>(graph_.outputs().size());
+    const int num_inputs = static_cast<int>(graph_.inputs().size());
+    for (int t = 0; t < num_outputs + num_inputs; ++t) s << "  char* p" << t << ";\n";
+    s << "  const double* scalars;\n  int64_t sizes[VTPU_MAX_RANK];\n"
+      << "  int64_t strides[" << (num_outputs + num_inputs) << "][VTPU_MAX_RANK];\n};\n";
+
+    // The element function: loads at the given element offsets, computes, stores.
+    s << "inline void element(const Context& c";
+    for (int t = 0; t < num_outputs + num_inputs; ++t) s << ", int64_t o" << t;
+    s << ") {\n";
+    emit_body(s, num_outputs);
+    s << "}\n";
+
+    s << "void body(int64_t begin, int64_t end, void* raw) {\n"
+      << "  const Context& c = *static_cast<const Context*>(raw);\n";
+    if (all_contiguous || rank == 0) {
+      s << "  for (int64_t i = begin; i < end; ++i) element(c";
+      for (int t = 0; t < num_outputs + num_inputs; ++t) s << ", i";
+      s << ");\n";
+    } else {
+      // Odometer over the output shape, starting from `begin`'s coordinates.
+      s << "  int64_t idx[VTPU_MAX_RANK];\n  int64_t rest = begin;\n"
+        << "  for (int d = " << rank - 1 << "; d >= 0; --d) { idx[d] = rest % c.sizes[d]; rest /= c.sizes[d]; }\n";
+      for (int t = 0; t < num_outputs + num_inputs; ++t) {
+        s << "  int64_t o" << t << " = 0;\n";
+        s << "  for (int d = 0; d < " << rank << "; ++d) o" << t << " += idx[d] * c.strides[" << t << "][d];\n";
+      }
+      s << "  for (int64_t i = begin; i < end; ++i) {\n    element(c";
+      for (int t = 0; t < num_outputs + num_inputs; ++t) s << ", o" << t;
+      s << ");\n    for (int d = " << rank - 1 << "; d >= 0; --d) {\n      if (++idx[d] < c.sizes[d]) {\n";
+      for (int t = 0; t < num_outputs + num_inputs; ++t) s << "        o" << t << " += c.strides[" << t << "][d];\n";
+      s << "        break;\n      }\n      idx[d] = 0;\n";
+      for (int t = 0; t < num_outputs + num_inputs; ++t)
+        s << "      o" << t << " -= (c.sizes[d] - 1) * c.strides[" << t << "][d];\n";
+      s << "    }\n  }\n";
+    }
+    s << "}\n}  // namespace ns_" << symbol << "\n";
+
+    s << "extern \"C\" __attribute__((visibility(\"default\"))) void " << symbol
+      << "(const struct VtpuLaunchArgs* args) {\n"
+      << "  using namespace ns_" << symbol << ";\n"
+      << "  Context c;\n  c.scalars = args->scalars;\n  int64_t total = 1;\n"
+      << "  for (int d = 0; d < args->rank; ++d) { c.sizes[d] = args->tensors[0].sizes[d]; total *= c.sizes[d]; }\n"
+      ;
+    for (int t = 0; t < num_outputs + num_inputs; ++t) {
+      s << "  c.p" << t << " = static_cast<char*>(args->tensors[" << t << "].data);\n"
+        << "  for (int d = 0; d < args->rank; ++d) c.strides[" << t << "][d] = args->tensors[" << t
+        << "].strides[d];\n";
+    }
+    s << "  if (total <= 0) return;\n"
+      << "  const int64_t grain = 32768;\n"
+      << "  if (args->parallel_for != nullptr && total > grain) args->parallel_for(total, grain, &body, &c, args->runner);\n"
+      << "  else body(0, total, &c);\n}\n";
+    return {symbol, s.str()};
+  }
+
+ private:
+  void validate() const {
+    if (graph_.outputs().empty())
+      throw Error(ErrorKind::kInvalidArgument, "[host codegen] the graph has no outputs");
+    const auto& out_sizes = graph_.type(graph_.outputs().front()).sizes;
+    if (out_sizes.size() > static_cast<std::size_t>(kMaxRank))
+      throw Error(ErrorKind::kInvalidArgument, "[host codegen] rank above " + std::to_string(kMaxRank));
+    for (const auto& node : graph_.nodes()) {
+      if (!host_codegen_supports(node.op))
+        throw Error(ErrorKind::kInvalidArgument,
+                    "[host codegen] " + std::string(ir::name(node.op)) + " is not an elementwise op");
+      if (node.op != OpKind::Input && node.op != OpKind::Constant && node.type.sizes != out_sizes)
+        throw Error(ErrorKind::kInvalidArgument, "[host codegen] every value must have the output's shape");
+    }
+    for (ir::ValueId id : graph_.outputs())
+      if (graph_.type(id).sizes != out_sizes)
+        throw Error(ErrorKind::kInvalidArgument, "[host codegen] outputs of different shapes");
+  }
+
+  // Value names: v<id>, each in the compute type of its node's dtype.
+  std::string value(ir::ValueId id) const { return "v" + std::to_string(id); }
+
+  // `id` converted to the compute type `type`.
+  std::string as(ir::ValueId id, const char* type) const {
+    return "static_cast<" + std::string(type) + ">(" + value(id) + ")";
+  }
+
+  void emit_body(std::ostringstream& s, int num_outputs) {
+    int scalar_index = 0;
+    const auto& inputs = graph_.inputs();
+    for (std::size_t i = 0; i < graph_.nodes().size(); ++i) {
+      const auto id = static_cast<ir::ValueId>(i);
+      const ir::Node& node = graph_.nodes()[i];
+      const char* out_ct = compute_type_name(node.type.dtype);
+      if (node.op == OpKind::Input) {
+        int position = 0;
+        while (inputs[static_cast<std::size_t>(position)] != id) ++position;
+        const int t = num_outputs + position;
+        s << "  const " << out_ct << " " << value(id) << " = static_cast<" << out_ct << ">(vtpu_load(*reinterpret_cast<const "
+          << storage_type(node.type.dtype) << "*>(c.p" << t << " + o" << t << " * " << ir::itemsize(node.type.dtype)
+          << ")));\n";
+        continue;
+      }
+      if (node.op == OpKind::Constant) {
+        s << "  const " << out_ct << " " << value(id) << " = static_cast<" << out_ct << ">(c.scalars["
+          << scalar_index++ << "]);\n";
+        continue;
+      }
+      s << "  const " << out_ct << " " << value(id) << " = static_cast<" << out_ct << ">(" << expression(node)
+        << ");\n";
+    }
+    for (int k = 0; k < num_outputs; ++k) {
+      const ir::ValueId id = graph_.outputs()[static_cast<std::size_t>(k)];
+      const DType dt = graph_.type(id).dtype;
+      s << "  *reinterpret_cast<" << storage_type(dt) << "*>(c.p" << k << " + o" << k << " * " << ir::itemsize(dt)
+        << ") = vtpu_store_t<" << storage_type(dt) << ">::of(" << value(id) << ");\n";
+    }
+  }
+
+  std::string expression(const ir::Node& node) const {
+    const char* ct = compute_type_name(node.common_dtype);
+    auto in = [&](int k) { return as(node.inputs[static_cast<std::size_t>(k)], ct); };
+    const std::string a = node.inputs.size() > 0 ? in(0) : "";
+    const std::string b = node.inputs.size() > 1 ? in(1) : "";
+    const std::string c = node.inputs.size() > 2 ? in(2) : "";
+    const bool floating = ir::is_floating(node.common_dtype);
+    const std::string T = ct;
+    switch (node.op) {
+      case OpKind::Cast: return a;
+      case OpKind::Neg: return "-" + a;
+      case OpKind::Abs: return floating ? "std::fabs(" + a + ")" : "(" + a + " < 0 ? -" + a + " : " + a + ")";
+      case OpKind::Exp: return "std::exp(" + a + ")";
+      case OpKind::Exp2: return "std::exp2(" + a + ")";
+      case OpKind::Log: return "std::log(" + a + ")";
+      case OpKind::Log2: return "std::log2(" + a + ")";
+      case OpKind::Log10: return "std::log10(" + a + ")";
+      case OpKind::Log1p: return "std::log1p(" + a + ")";
+      case OpKind::Expm1: return "std::expm1(" + a + ")";
+      case OpKind::Sqrt: return "std::sqrt(" + a + ")";
+      case OpKind::Rsqrt: return T + "(1) / std::sqrt(" + a + ")";
+      case OpKind::Reciprocal: return T + "(1) / " + a;
+      case OpKind::Sin: return "std::sin(" + a + ")";
+      case OpKind::Cos: return "std::cos(" + a + ")";
+      case OpKind::Tan: return "std::tan(" + a + ")";
+      case OpKind::Asin: return "std::asin(" + a + ")";
+      case OpKind::Acos: return "std::acos(" + a + ")";
+      case OpKind::Atan: return "std::atan(" + a + ")";
+      case OpKind::Sinh: return "std::sinh(" + a + ")";
+      case OpKind::Cosh: return "std::cosh(" + a + ")";
+      case OpKind::Tanh: return "std::tanh(" + a + ")";
+      case OpKind::Sigmoid: return "vtpu_sigmoid(" + a + ")";
+      case OpKind::Relu: return "vtpu_relu(" + a + ")";
+      case OpKind::Silu: return a + " * vtpu_sigmoid(" + a + ")";
+      case OpKind::Erf: return "std::erf(" + a + ")";
+      case OpKind::Gelu:
+        if (node.attrs.get_string("approximate", "none") == "tanh")
+          return T + "(0.5) * " + a + " * (" + T + "(1) + std::tanh(" + T + "(0.7978845608028654) * (" + a + " + " +
+                 T + "(0.044715) * " + a + " * " + a + " * " + a + ")))";
+        return a + " * " + T + "(0.5) * (" + T + "(1) + std::erf(" + a + " * " + T + "(0.7071067811865476)))";
+      case OpKind::Floor: return floating ? "std::floor(" + a + ")" : a;
+      case OpKind::Ceil: return floating ? "std::ceil(" + a + ")" : a;
+      case OpKind::Round: return floating ? "std::nearbyint(" + a + ")" : a;
+      case OpKind::Trunc: return floating ? "std::trunc(" + a + ")" : a;
+      case OpKind::Sign: return "vtpu_sign(" + a + ")";
+      case OpKind::LogicalNot: return "!(" + a + " != " + T + "(0))";
+      case OpKind::BitwiseNot: return node.common_dtype == DType::kBool ? "!" + a : "~" + a;
+      case OpKind::IsNan: return "(" + a + " != " + a + ")";
+      case OpKind::IsInf: return floating ? "std::isinf(" + a + ")" : "false";
+      case OpKind::IsFinite: return floating ? "std::isfinite(" + a + ")" : "true";
+      case OpKind::Add:
+      case OpKind::Sub: {
+        const double alpha = node.attrs.get_double("alpha", 1.0);
+        const std::string scaled = alpha == 1.0 ? b : "(" + T + "(" + number(alpha) + ") * " + b + ")";
+        return a + (node.op == OpKind::Add ? " + " : " - ") + scaled;
+      }
+      case OpKind::Mul: return a + " * " + b;
+      case OpKind::Div: {
+        const std::string mode = node.attrs.get_string("rounding_mode", "");
+        if (mode == "trunc") return floating ? "std::trunc(" + a + " / " + b + ")" : a + " / " + b;
+        if (mode == "floor") return "vtpu_floor_div(" + a + ", " + b + ")";
+        return a + " / " + b;
+      }
+      case OpKind::Pow: return "std::pow(" + a + ", " + b + ")";
+      case OpKind::Maximum: return "vtpu_max(" + a + ", " + b + ")";
+      case OpKind::Minimum: return "vtpu_min(" + a + ", " + b + ")";
+      case OpKind::Eq: return a + " == " + b;
+      case OpKind::Ne: return a + " != " + b;
+      case OpKind::Lt: return a + " < " + b;
+      case OpKind::Le: return a + " <= " + b;
+      case OpKind::Gt: return a + " > " + b;
+      case OpKind::Ge: return a + " >= " + b;
+      case OpKind::LogicalAnd: return "(" + a + " != " + T + "(0)) && (" + b + " != " + T + "(0))";
+      case OpKind::LogicalOr: return "(" + a + " != " + T + "(0)) || (" + b + " != " + T + "(0))";
+      case OpKind::LogicalXor: return "(" + a + " != " + T + "(0)) != (" + b + " != " + T + "(0))";
+      case OpKind::BitwiseAnd: return a + " & " + b;
+      case OpKind::BitwiseOr: return a + " | " + b;
+      case OpKind::BitwiseXor: return a + " ^ " + b;
+      case OpKind::Fmod: return "vtpu_fmod(" + a + ", " + b + ")";
+      case OpKind::Remainder: return "vtpu_remainder(" + a + ", " + b + ")";
+      case OpKind::Atan2: return "std::atan2(" + a + ", " + b + ")";
+      case OpKind::ThresholdBackward:
+        return "(" + b + " <= " + T + "(" + number(node.attrs.get_double("threshold", 0.0)) + ") ? " + T + "(0) : " + a +
+               ")";
+      case OpKind::SigmoidBackward: return a + " * (" + T + "(1) - " + b + ") * " + b;
+      case OpKind::TanhBackward: return a + " * (" + T + "(1) - " + b + " * " + b + ")";
+      case OpKind::SiluBackward:
+        return a + " * vtpu_sigmoid(" + b + ") * (" + T + "(1) + " + b + " * (" + T + "(1) - vtpu_sigmoid(" + b +
+               ")))";
+      case OpKind::Where: return "(" + as(node.inputs[0], "bool") + " ? " + b + " : " + c + ")";
+      case OpKind::Lerp:
+        return "(std::fabs(" + c + ") < " + T + "(0.5) ? " + a + " + " + c + " * (" + b + " - " + a + ") : " + b + " - (" + b +
+               " - " + a + ") * (" + T + "(1) - " + c + "))";
+      case OpKind::Addcmul: {
+        const double v = node.attrs.get_double("value", 1.0);
+        return a + " + " + T + "(" + number(v) + ") * " + b + " * " + c;
+      }
+      case OpKind::Addcdiv: {
+        const double v = node.attrs.get_double("value", 1.0);
+        return a + " + " + T + "(" + number(v) + ") * " + b + " / " + c;
+      }
+      case OpKind::MaskedFill: return "(" + as(node.inputs[1], "bool") + " ? " + c + " : " + a + ")";
+      case OpKind::Clamp: {
+        std::string x = a;
+        std::size_t next = 1;
+        if (node.attrs.get_bool("has_min", false)) x = "vtpu_max(" + x + ", " + in(static_cast<int>(next++)) + ")";
+        if (node.attrs.get_bool("has_max", false)) x = "vtpu_min(" + x + ", " + in(static_cast<int>(next++)) + ")";
+        return x;
+      }
+      default:
+        throw Error(ErrorKind::kInvalidArgument,
+                    "[host codegen] no elementwise expression for " + std::string(ir::name(node.op)));
+    }
+  }
+
+  const ir::Graph& graph_;
+};
+
+}  // namespace
+
+bool host_codegen_supports(ir::OpKind op) {
+  switch (op) {
+    case OpKind::Input:
+    case OpKind::Constant:
+      return true;
+    case OpKind::GeluBackward:  // needs its own formula; not generated yet
+      return false;
+    default:
+      return ir::is_elementwise(op);
+  }
+}
+
+GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& symbol) {
+  return Emitter(graph).emit(symbol);
+}
+
+std::string host_translation_unit(const std::vector<GeneratedKernel>& kernels) {
+  std::string source = std::string(kLaunchAbiSource) + kPrelude;
+  for (const auto& kernel : kernels) source += kernel.source;
+  return source;
+}
+
+}  // namespace vtpu::compiler

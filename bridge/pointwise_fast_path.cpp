@@ -33,6 +33,7 @@
 
 #include "aten_bridge.h"
 #include "device_context.h"
+#include "generated_kernels.h"
 
 namespace vtpu::bridge {
 namespace {
@@ -91,7 +92,7 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
           (self.storage_offset() == other.storage_offset()));
 }
 
-#define VTPU_BINARY_ALPHA(op)                                                                  \
+#define VTPU_BINARY_ALPHA(op, IR_OP)                                                                \
   at::Tensor op##_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) { \
     at::Tensor out;                                                                            \
     if (simple_binary(self, other)) {                                                          \
@@ -101,6 +102,9 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
       s.meta(self, other, alpha);                                                              \
       out = std::move(s.out);                                                                  \
     }                                                                                          \
+    if (generated_kernels_enabled() &&                                                         \
+        launch_generated(ir::OpKind::IR_OP, out, {self, other}, {{"alpha", alpha.toDouble()}})) \
+      return out;                                                                              \
     queue([o = KernelOperand::capture(out), a = KernelOperand::capture(self),                  \
            b = KernelOperand::capture(other), alpha] {                                         \
       at::Tensor result = o.host();                                                            \
@@ -115,6 +119,9 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
       s.in_place = true;                                                                       \
       s.meta(self, other, alpha);                                                              \
     }                                                                                          \
+    if (generated_kernels_enabled() &&                                                         \
+        launch_generated(ir::OpKind::IR_OP, self, {self, other}, {{"alpha", alpha.toDouble()}})) \
+      return self;                                                                             \
     queue([a = KernelOperand::capture(self), b = KernelOperand::capture(other), alpha] {       \
       at::Tensor result = a.host();                                                            \
       at::cpu::op##_out(result, result, b.host(), alpha);                                      \
@@ -122,7 +129,7 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
     return self;                                                                               \
   }
 
-#define VTPU_BINARY(op)                                                                        \
+#define VTPU_BINARY(op, IR_OP)                                                                      \
   at::Tensor op##_tensor(const at::Tensor& self, const at::Tensor& other) {                   \
     at::Tensor out;                                                                            \
     if (simple_binary(self, other)) {                                                          \
@@ -132,6 +139,8 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
       s.meta(self, other);                                                                     \
       out = std::move(s.out);                                                                  \
     }                                                                                          \
+    if (generated_kernels_enabled() && launch_generated(ir::OpKind::IR_OP, out, {self, other}))  \
+      return out;                                                                              \
     queue([o = KernelOperand::capture(out), a = KernelOperand::capture(self),                  \
            b = KernelOperand::capture(other)] {                                                \
       at::Tensor result = o.host();                                                            \
@@ -146,6 +155,8 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
       s.in_place = true;                                                                       \
       s.meta(self, other);                                                                     \
     }                                                                                          \
+    if (generated_kernels_enabled() && launch_generated(ir::OpKind::IR_OP, self, {self, other})) \
+      return self;                                                                             \
     queue([a = KernelOperand::capture(self), b = KernelOperand::capture(other)] {              \
       at::Tensor result = a.host();                                                            \
       at::cpu::op##_out(result, result, b.host());                                             \
@@ -153,7 +164,7 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
     return self;                                                                               \
   }
 
-#define VTPU_UNARY(op)                                                                         \
+#define VTPU_UNARY(op, IR_OP)                                                                       \
   at::Tensor op##_unary(const at::Tensor& self) {                                              \
     at::Tensor out;                                                                            \
     if (simple_unary(self)) {                                                                  \
@@ -163,6 +174,8 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
       s.meta(self);                                                                            \
       out = std::move(s.out);                                                                  \
     }                                                                                          \
+    if (generated_kernels_enabled() && launch_generated(ir::OpKind::IR_OP, out, {self}))        \
+      return out;                                                                              \
     queue([o = KernelOperand::capture(out), a = KernelOperand::capture(self)] {                \
       at::Tensor result = o.host();                                                            \
       at::cpu::op##_out(result, a.host());                                                     \
@@ -170,18 +183,18 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
     return out;                                                                                \
   }
 
-VTPU_BINARY_ALPHA(add)
-VTPU_BINARY_ALPHA(sub)
-VTPU_BINARY(mul)
-VTPU_BINARY(div)
-VTPU_UNARY(exp)
-VTPU_UNARY(log)
-VTPU_UNARY(neg)
-VTPU_UNARY(rsqrt)
-VTPU_UNARY(sigmoid)
-VTPU_UNARY(silu)
-VTPU_UNARY(sqrt)
-VTPU_UNARY(tanh)
+VTPU_BINARY_ALPHA(add, Add)
+VTPU_BINARY_ALPHA(sub, Sub)
+VTPU_BINARY(mul, Mul)
+VTPU_BINARY(div, Div)
+VTPU_UNARY(exp, Exp)
+VTPU_UNARY(log, Log)
+VTPU_UNARY(neg, Neg)
+VTPU_UNARY(rsqrt, Rsqrt)
+VTPU_UNARY(sigmoid, Sigmoid)
+VTPU_UNARY(silu, Silu)
+VTPU_UNARY(sqrt, Sqrt)
+VTPU_UNARY(tanh, Tanh)
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 
 #include "aten_bridge.h"
 #include "device_context.h"
+#include "generated_kernels.h"
 #include "vtpu/runtime/error.h"
 #include "vtpu/runtime/memory_size.h"
 
@@ -23,15 +24,34 @@ void synchronize_device() {
   DeviceContext::get().synchronize("synchronize");
 }
 
+// Generated-kernel counters are cumulative in the engine; reset_metrics()
+// records a baseline and metrics() reports what happened since.
+GeneratedKernelStats& generated_baseline() {
+  static GeneratedKernelStats baseline;
+  return baseline;
+}
+
 py::dict metrics_dict() {
   const MetricsSnapshot s = DeviceContext::get().metrics().snapshot();
+  const GeneratedKernelStats now = generated_kernel_stats();
+  const GeneratedKernelStats& base = generated_baseline();
   py::dict d;
   d["ops"] = s.ops;
   d["kernels_launched"] = s.kernels_launched;
+  d["generated_kernels"] = now.launches;
   d["fused_kernels"] = s.fused_kernels;
-  d["compiles"] = s.compiles;
-  d["cache_hits"] = s.cache_hits;
-  d["cache_misses"] = s.cache_misses;
+  d["compiles"] = now.compiles - base.compiles;
+  d["compile_seconds"] = now.compile_seconds - base.compile_seconds;
+  py::dict hits;
+  for (const char* tier : {"memory", "disk", "shared"}) {
+    const auto get = [&](const GeneratedKernelStats& g) {
+      auto it = g.cache_hits.find(tier);
+      return it == g.cache_hits.end() ? std::uint64_t{0} : it->second;
+    };
+    hits[tier] = get(now) - get(base);
+  }
+  d["cache_hits"] = hits;
+  d["cache_misses"] = now.cache_misses - base.cache_misses;
   d["host_fallback_ops"] = s.host_fallback_ops;
   d["syncs"] = s.syncs;
   return d;
@@ -88,7 +108,11 @@ PYBIND11_MODULE(_C, m) {
     DeviceContext::get().set_mode(mode);
   }); });
   m.def("_metrics", &metrics_dict);
-  m.def("_reset_metrics", [] { DeviceContext::get().metrics().reset(); });
+  m.def("_reset_metrics", [] {
+    DeviceContext::get().metrics().reset();
+    reset_generated_kernel_launches();
+    generated_baseline() = generated_kernel_stats();
+  });
   m.def("_memory_stats", &memory_stats);
   m.def("_reset_peak_memory_stats", [] { DeviceContext::get().allocator().reset_peak_stats(); });
   m.def("_empty_cache", [] { guarded([] {

@@ -14,34 +14,32 @@ namespace {
 using runtime::Error;
 using runtime::ErrorKind;
 
-// An anonymous in-memory file; closed on scope exit (dlopen keeps its own mapping).
-class MemoryFile {
- public:
-  MemoryFile() : fd_(memfd_create("vtpu-kernel", MFD_CLOEXEC)) {
-    if (fd_ < 0) throw Error(ErrorKind::kRuntime, "[kernel library] memfd_create failed");
-  }
-  ~MemoryFile() {
-    if (fd_ >= 0) close(fd_);
-  }
-  MemoryFile(const MemoryFile&) = delete;
-  MemoryFile& operator=(const MemoryFile&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
 KernelLibrary KernelLibrary::load(const std::vector<std::uint8_t>& shared_object) {
-  MemoryFile file;
+  // An anonymous in-memory file, kept open while the library is loaded: the
+  // loader knows libraries by path, and a closed descriptor's number (hence
+  // its /proc/self/fd path) would be reused by the next kernel, which dlopen
+  // would then take for the one already loaded.
+  const int fd = memfd_create("vtpu-kernel", MFD_CLOEXEC);
+  if (fd < 0) throw Error(ErrorKind::kRuntime, "[kernel library] memfd_create failed");
   std::size_t written = 0;
   while (written < shared_object.size()) {
-    const ssize_t n = write(file.fd(), shared_object.data() + written, shared_object.size() - written);
-    if (n <= 0) throw Error(ErrorKind::kRuntime, "[kernel library] cannot write the kernel image");
+    const ssize_t n = write(fd, shared_object.data() + written, shared_object.size() - written);
+    if (n <= 0) {
+      close(fd);
+      throw Error(ErrorKind::kRuntime, "[kernel library] cannot write the kernel image");
+    }
     written += static_cast<std::size_t>(n);
   }
-  return open("/proc/self/fd/" + std::to_string(file.fd()));
+  try {
+    KernelLibrary library = open("/proc/self/fd/" + std::to_string(fd));
+    library.fd_ = fd;
+    return library;
+  } catch (...) {
+    close(fd);
+    throw;
+  }
 }
 
 KernelLibrary KernelLibrary::open(const std::string& path) {
@@ -54,17 +52,27 @@ KernelLibrary KernelLibrary::open(const std::string& path) {
   return KernelLibrary(handle);
 }
 
-KernelLibrary::~KernelLibrary() {
+void KernelLibrary::release() noexcept {
   if (handle_ != nullptr) dlclose(handle_);
+  if (fd_ >= 0) close(fd_);
+  handle_ = nullptr;
+  fd_ = -1;
 }
 
-KernelLibrary::KernelLibrary(KernelLibrary&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
+KernelLibrary::~KernelLibrary() { release(); }
+
+KernelLibrary::KernelLibrary(KernelLibrary&& other) noexcept : handle_(other.handle_), fd_(other.fd_) {
+  other.handle_ = nullptr;
+  other.fd_ = -1;
+}
 
 KernelLibrary& KernelLibrary::operator=(KernelLibrary&& other) noexcept {
   if (this != &other) {
-    if (handle_ != nullptr) dlclose(handle_);
+    release();
     handle_ = other.handle_;
+    fd_ = other.fd_;
     other.handle_ = nullptr;
+    other.fd_ = -1;
   }
   return *this;
 }

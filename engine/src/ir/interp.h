@@ -18,7 +18,7 @@ std::int64_t load_int(const Buffer& b, std::int64_t offset);
 bool load_bool(const Buffer& b, std::int64_t offset);
 // Writes with the engine's conversions: doubles round to the dtype (through
 // float32 for the 16-bit floats), to integers truncate toward zero (NaN and
-// out-of-range saturate to int64 first, then wrap); ints wrap to the width.
+// out of range as x86 gives them: see x86_float_to_int); ints wrap to width.
 void store_double(Buffer& b, std::int64_t offset, double v);
 void store_int(Buffer& b, std::int64_t offset, std::int64_t v);
 
@@ -43,5 +43,6 @@ Buffer eval_reduction(const Node& node, const std::vector<const Buffer*>& in);
 Buffer eval_normalization(const Node& node, const std::vector<const Buffer*>& in);
 Buffer eval_indexing(const Node& node, const std::vector<const Buffer*>& in);
 Buffer eval_extern(const Node& node, const std::vector<const Buffer*>& in);
+Buffer eval_conv(const Node& node, const std::vector<const Buffer*>& in);
 
 }  // namespace vtpu::ir::detail

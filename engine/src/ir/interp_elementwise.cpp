@@ -128,7 +128,7 @@ Num float_op(const Node& n, const std::vector<double>& v) {
     case OpKind::Ceil: return F(std::ceil(x));
     case OpKind::Round: return F(std::nearbyint(x));  // default mode: half to even
     case OpKind::Trunc: return F(std::trunc(x));
-    case OpKind::Sign: return F(x > 0 ? 1.0 : (x < 0 ? -1.0 : x * 0.0));  // keeps 0, -0, NaN
+    case OpKind::Sign: return F((x > 0) - (x < 0));  // torch: sign(NaN) = sign(-0.0) = +0
     case OpKind::LogicalNot: return B(x == 0);
     case OpKind::IsNan: return B(std::isnan(x));
     case OpKind::IsInf: return B(std::isinf(x));

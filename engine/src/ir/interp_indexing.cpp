@@ -300,6 +300,8 @@ Buffer eval_extern(const Node& node, const std::vector<const Buffer*>& in) {
       return matmul(node, *in[1], *in[2], in[0], a.get_double("alpha", 1.0), a.get_double("beta", 1.0));
     case OpKind::Sdpa:
       return sdpa(node, in);
+    case OpKind::Conv:
+      return eval_conv(node, in);
     default:
       interp_fail(node.op, "not implemented by the reference interpreter");
   }

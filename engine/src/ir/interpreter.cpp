@@ -32,6 +32,19 @@ std::int64_t saturating_int(double v) {
   return static_cast<std::int64_t>(v);  // truncates toward zero
 }
 
+// Float -> integer is undefined in C++ out of range; torch's CPU kernels get
+// what x86's truncating conversions give: NaN or out of range yields the
+// "integer indefinite" (INT_MIN of the 32- or 64-bit conversion), and types
+// narrower than 32 bits convert through int32 and wrap.
+std::int64_t x86_float_to_int(double v, DType t) {
+  if (t == DType::kInt64) {
+    const bool ok = v >= -9.2233720368547758e18 && v < 9.2233720368547758e18;  // false for NaN
+    return ok ? static_cast<std::int64_t>(v) : std::numeric_limits<std::int64_t>::min();
+  }
+  const bool ok = v > -2147483649.0 && v < 2147483648.0;
+  return ok ? static_cast<std::int64_t>(v) : std::numeric_limits<std::int32_t>::min();
+}
+
 }  // namespace
 
 void interp_fail(OpKind op, const std::string& message) {
@@ -72,7 +85,7 @@ void store_double(Buffer& b, std::int64_t o, double v) {
     case DType::kFloat32: put(b, o, static_cast<float>(v)); return;
     case DType::kFloat64: put(b, o, v); return;
     case DType::kBool: put<std::uint8_t>(b, o, v != 0.0); return;
-    default: store_int(b, o, saturating_int(v)); return;
+    default: store_int(b, o, x86_float_to_int(v, b.type.dtype)); return;
   }
 }
 

@@ -3,12 +3,18 @@
 namespace vtpu::ir {
 
 std::string to_string(const Node& node, ValueId id) {
-  std::string s = "%" + std::to_string(id) + " = " + std::string(name(node.op));
+  // Appends rather than operator+ chains: GCC 12 warns falsely (-Wrestrict)
+  // on `"%" + std::to_string(...)`.
+  std::string s = "%";
+  s += std::to_string(id);
+  s += " = ";
+  s += name(node.op);
   if (!node.inputs.empty()) {
     s += "(";
     for (std::size_t i = 0; i < node.inputs.size(); ++i) {
       if (i) s += ", ";
-      s += "%" + std::to_string(node.inputs[i]);
+      s += '%';
+      s += std::to_string(node.inputs[i]);
     }
     s += ")";
   }
@@ -30,7 +36,8 @@ std::string to_string(const Graph& graph) {
   for (ValueId i = 0; i < graph.size(); ++i) s += to_string(graph.node(i), i) + "\n";
   s += "return";
   for (std::size_t i = 0; i < graph.outputs().size(); ++i) {
-    s += (i ? ", %" : " %") + std::to_string(graph.outputs()[i]);
+    s += i ? ", %" : " %";
+    s += std::to_string(graph.outputs()[i]);
   }
   return s + "\n";
 }

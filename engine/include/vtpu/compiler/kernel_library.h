@@ -28,7 +28,9 @@ class KernelLibrary {
 
  private:
   explicit KernelLibrary(void* handle) : handle_(handle) {}
+  void release() noexcept;
   void* handle_ = nullptr;
+  int fd_ = -1;  // the in-memory image of load(), kept open while loaded
 };
 
 }  // namespace vtpu::compiler

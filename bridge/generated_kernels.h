@@ -1,0 +1,39 @@
+// Strict and debug mode on vTPU's own generated kernels (issue 3, in
+// progress): an ATen op in the compiled set becomes a single-op IR graph, its
+// shape-generic kernel comes from the compile cache (compiled on a miss) and
+// is launched on the device stream. Opt-in with VTPU_GENERATED_KERNELS=1
+// until the AOT kernel library removes first-use compiles.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <string>
+
+#include "vtpu/ir/attributes.h"
+#include "vtpu/ir/op.h"
+
+namespace vtpu::bridge {
+
+bool generated_kernels_enabled();
+
+// Runs `op` over `inputs` into `out` (already allocated with the op's result
+// geometry) on a generated kernel. Returns false, having done nothing, when
+// the op/dtypes/operands are outside what the generator handles or the
+// kernel could not be built; the caller then uses ATen's kernel.
+bool launch_generated(ir::OpKind op, const at::Tensor& out, std::initializer_list<at::Tensor> inputs,
+                      const ir::Attributes& attrs = {});
+
+struct GeneratedKernelStats {
+  std::uint64_t launches = 0;
+  std::uint64_t compiles = 0;
+  double compile_seconds = 0;
+  std::uint64_t cache_misses = 0;
+  std::map<std::string, std::uint64_t> cache_hits;  // memory, disk
+};
+GeneratedKernelStats generated_kernel_stats();
+void reset_generated_kernel_launches();
+
+}  // namespace vtpu::bridge

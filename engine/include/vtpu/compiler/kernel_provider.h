@@ -1,0 +1,65 @@
+// Where generated kernels come from: the graph's shape-generic key is looked
+// up in the compile cache (in-process, then the local directory); on a miss
+// the host code generator and the system compiler build it once (per key
+// across processes) and the shared object is stored for everyone after.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "vtpu/cache/compile_cache.h"
+#include "vtpu/compiler/kernel_library.h"
+#include "vtpu/compiler/launch_abi.h"
+#include "vtpu/compiler/system_compiler.h"
+#include "vtpu/ir/graph.h"
+
+namespace vtpu::compiler {
+
+struct ProviderStats {
+  std::uint64_t compiles = 0;          // kernels this process compiled
+  double compile_seconds = 0;
+  std::uint64_t loaded = 0;            // kernels resolved (any source)
+  std::uint64_t memory_hits = 0;       // served by the already-loaded kernels
+};
+
+class KernelProvider {
+ public:
+  explicit KernelProvider(std::unique_ptr<cache::CompileCache> cache);
+
+  // The kernel for `graph` (an elementwise graph the host generator accepts).
+  // Throws Error(kInvalidArgument) for graphs it cannot generate and
+  // Error(kRuntime) when compiling or loading fails.
+  VtpuKernelFn get(const ir::Graph& graph);
+
+  // The cache key of `graph`: canonical shape-generic IR hash, target, ISA,
+  // compiler identity and flags, launch ABI and vtpu versions.
+  cache::Key key_for(const ir::Graph& graph);
+
+  ProviderStats stats() const;
+  cache::CacheStats cache_stats() const { return cache_->stats(); }
+  cache::CompileCache& cache() { return *cache_; }
+
+ private:
+  const SystemCompiler& compiler();
+
+  std::unique_ptr<cache::CompileCache> cache_;
+  mutable std::mutex mutex_;
+  std::unique_ptr<SystemCompiler> compiler_;  // found on first use
+  struct Loaded {
+    std::shared_ptr<KernelLibrary> library;
+    VtpuKernelFn fn;
+  };
+  std::unordered_map<std::string, Loaded> loaded_;  // by key hex
+  std::atomic<std::uint64_t> compiles_{0};
+  std::atomic<std::uint64_t> memory_hits_{0};
+  std::atomic<std::uint64_t> compile_nanoseconds_{0};
+};
+
+// "0.1.0": part of every key, so an upgrade never loads an older kernel.
+inline constexpr const char* kVtpuVersion = "0.1.0";
+
+}  // namespace vtpu::compiler

@@ -1,0 +1,100 @@
+#include "vtpu/compiler/kernel_provider.h"
+
+#include <chrono>
+#include <fstream>
+#include <string>
+
+#include "vtpu/compiler/host_codegen.h"
+#include "vtpu/ir/canonical.h"
+#include "vtpu/runtime/error.h"
+
+namespace vtpu::compiler {
+namespace {
+
+// The host's instruction set, as far as -march=native can see it: the CPU
+// model and its feature flags. Two machines that differ here get different
+// keys, so a shared cache never hands one the other's -march=native code.
+const std::string& host_isa() {
+  static const std::string isa = [] {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line, model, flags;
+    while (std::getline(cpuinfo, line) && (model.empty() || flags.empty())) {
+      if (model.empty() && line.rfind("model name", 0) == 0) model = line;
+      if (flags.empty() && line.rfind("flags", 0) == 0) flags = line;
+    }
+#if defined(__x86_64__)
+    const char* arch = "x86_64";
+#elif defined(__aarch64__)
+    const char* arch = "aarch64";
+#else
+    const char* arch = "unknown";
+#endif
+    return std::string(arch) + "|" + model + "|" + flags;
+  }();
+  return isa;
+}
+
+std::string symbol_for(const cache::Key& key) { return "vtpu_kernel_" + key.hex(); }
+
+}  // namespace
+
+KernelProvider::KernelProvider(std::unique_ptr<cache::CompileCache> cache) : cache_(std::move(cache)) {
+  if (!cache_) throw runtime::Error(runtime::ErrorKind::kInvalidArgument, "[kernel provider] no cache");
+}
+
+const SystemCompiler& KernelProvider::compiler() {
+  if (!compiler_) compiler_ = std::make_unique<SystemCompiler>();
+  return *compiler_;
+}
+
+cache::Key KernelProvider::key_for(const ir::Graph& graph) {
+  const std::string ir_hash = ir::hash(graph, ir::ShapeMode::kGeneric, ir::ScalarMode::kParameters).hex();
+  std::string flags;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& f : compiler().flags()) flags += f + " ";
+  }
+  const std::string abi = std::to_string(kLaunchAbiVersion);
+  return cache::make_key({"vtpu-host-kernel", ir_hash, "target=host", host_isa(), compiler_->identity(), flags,
+                          abi, kVtpuVersion});
+}
+
+// One lock around lookup and build: a thread that needs a kernel being
+// compiled waits for it rather than compiling it twice.
+VtpuKernelFn KernelProvider::get(const ir::Graph& graph) {
+  const cache::Key key = key_for(graph);
+  const std::string hex = key.hex();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = loaded_.find(hex); it != loaded_.end()) {
+    ++memory_hits_;
+    return it->second.fn;
+  }
+  const std::string symbol = symbol_for(key);
+  auto entry = cache_->get_or_create(key, [&] {
+    const auto start = std::chrono::steady_clock::now();
+    cache::Entry built;
+    built.data = compiler().compile(host_translation_unit({generate_host_kernel(graph, symbol)}));
+    built.metadata["symbol"] = symbol;
+    built.metadata["compiler"] = compiler().identity();
+    compile_nanoseconds_ += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+    ++compiles_;
+    return built;
+  });
+  auto library = std::make_shared<KernelLibrary>(KernelLibrary::load(entry->data));
+  VtpuKernelFn fn = library->get(symbol);
+  loaded_.emplace(hex, Loaded{std::move(library), fn});
+  return fn;
+}
+
+ProviderStats KernelProvider::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ProviderStats s;
+  s.compiles = compiles_.load();
+  s.compile_seconds = static_cast<double>(compile_nanoseconds_.load()) / 1e9;
+  s.loaded = loaded_.size();
+  s.memory_hits = memory_hits_.load();
+  return s;
+}
+
+}  // namespace vtpu::compiler

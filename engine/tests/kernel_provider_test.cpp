@@ -1,0 +1,112 @@
+// The kernel provider: compile once, then serve from memory; a second
+// provider over the same cache directory (a new process, in effect) loads the
+// kernel from disk and compiles nothing.
+#include "vtpu/compiler/kernel_provider.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "vtpu/cache/disk_tier.h"
+#include "vtpu/cache/memory_tier.h"
+#include "vtpu/ir/graph.h"
+
+namespace vtpu::compiler {
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "vtpu-provider-XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::unique_ptr<cache::CompileCache> local_cache(const std::string& dir) {
+  cache::DiskTier::Options options;
+  options.dir = dir;
+  std::vector<std::shared_ptr<cache::CacheTier>> tiers = {std::make_shared<cache::MemoryTier>(),
+                                                           std::make_shared<cache::DiskTier>(options)};
+  return std::make_unique<cache::CompileCache>(std::move(tiers));
+}
+
+ir::Graph add_graph(std::vector<std::int64_t> sizes) {
+  const auto t = ir::TensorType::contiguous(ir::DType::kFloat32, std::move(sizes));
+  return ir::single_op(ir::OpKind::Add, {t, t});
+}
+
+void run_add(VtpuKernelFn fn, std::vector<float>& out, std::vector<float>& a, std::vector<float>& b) {
+  VtpuTensorArg args[3] = {};
+  float* data[3] = {out.data(), a.data(), b.data()};
+  for (int t = 0; t < 3; ++t) {
+    args[t].data = data[t];
+    args[t].sizes[0] = static_cast<std::int64_t>(out.size());
+    args[t].strides[0] = 1;
+  }
+  VtpuLaunchArgs launch{kLaunchAbiVersion, 1, 3, args, nullptr, nullptr, nullptr};
+  fn(&launch);
+}
+
+TEST(KernelProviderTest, CompilesOnceThenServesFromMemoryAndDisk) {
+  TempDir dir;
+  KernelProvider first(local_cache(dir.path()));
+  VtpuKernelFn fn = first.get(add_graph({8}));
+  EXPECT_EQ(first.stats().compiles, 1u);
+  // Another size: the same shape-generic kernel.
+  EXPECT_EQ(first.get(add_graph({1000})), fn);
+  EXPECT_EQ(first.stats().compiles, 1u);
+
+  std::vector<float> a(5, 1.5f), b(5, 2.0f), out(5, 0.0f);
+  run_add(fn, out, a, b);
+  for (float v : out) EXPECT_EQ(v, 3.5f);
+
+  KernelProvider second(local_cache(dir.path()));
+  VtpuKernelFn again = second.get(add_graph({3}));
+  EXPECT_EQ(second.stats().compiles, 0u);
+  EXPECT_EQ(second.cache_stats().hits_in("disk"), 1u);
+  run_add(again, out, a, b);
+  for (float v : out) EXPECT_EQ(v, 3.5f);
+}
+
+TEST(KernelProviderTest, KeysSeparateDtypesAndRanks) {
+  TempDir dir;
+  KernelProvider provider(local_cache(dir.path()));
+  const auto f32 = provider.key_for(add_graph({4}));
+  const auto f32_rank2 = provider.key_for(add_graph({2, 2}));
+  const auto f64 = provider.key_for(ir::single_op(
+      ir::OpKind::Add, {ir::TensorType::contiguous(ir::DType::kFloat64, {4}), ir::TensorType::contiguous(ir::DType::kFloat64, {4})}));
+  EXPECT_NE(f32.hex(), f32_rank2.hex());
+  EXPECT_NE(f32.hex(), f64.hex());
+  EXPECT_EQ(f32.hex(), provider.key_for(add_graph({77})).hex());
+}
+
+// Libraries loaded from memory one after another must each keep their own
+// identity (the loader must not mistake a new image for an earlier one).
+TEST(KernelProviderTest, ManyKernelsLoadSideBySide) {
+  TempDir dir;
+  KernelProvider provider(local_cache(dir.path()));
+  const auto t = ir::TensorType::contiguous(ir::DType::kFloat32, {4});
+  std::vector<VtpuKernelFn> fns;
+  for (ir::OpKind op : {ir::OpKind::Add, ir::OpKind::Mul, ir::OpKind::Sub, ir::OpKind::Maximum})
+    fns.push_back(provider.get(ir::single_op(op, {t, t})));
+  std::vector<float> a = {1, 2, 3, 4}, b = {4, 3, 2, 1}, out(4);
+  const std::vector<std::vector<float>> expected = {{5, 5, 5, 5}, {4, 6, 6, 4}, {-3, -1, 1, 3}, {4, 3, 3, 4}};
+  for (std::size_t k = 0; k < fns.size(); ++k) {
+    run_add(fns[k], out, a, b);
+    EXPECT_EQ(out, expected[k]) << k;
+  }
+}
+
+}  // namespace
+}  // namespace vtpu::compiler

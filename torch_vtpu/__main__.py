@@ -29,7 +29,8 @@ def cache_dir() -> Path:
 
 
 def cache_usage(path: Path) -> Tuple[int, int]:
-    """(entries, bytes) of the regular files under ``path``; (0, 0) when it does not exist."""
+    """(entries, bytes) under ``path``: entries are the cache's ``*.entry`` files (lock and
+    temporary files are not entries), bytes count every regular file; (0, 0) when absent."""
     entries = size = 0
     for root, _, files in os.walk(path):  # a missing or unreadable directory yields nothing
         for name in files:
@@ -38,7 +39,7 @@ def cache_usage(path: Path) -> Tuple[int, int]:
             except OSError:
                 continue  # removed while we walked
             if stat.S_ISREG(st.st_mode):
-                entries += 1
+                entries += name.endswith(".entry")
                 size += st.st_size
     return entries, size
 
@@ -80,9 +81,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
         print(f"entries      {entries}")
         print(f"bytes        {size} ({_format_bytes(size)})")
         if entries == 0:
-            # Kernels run on the host-kernel path until the engine's code generator
-            # lands, so an empty cache is the expected state today.
-            print("note         the kernel compiler is not built yet, so nothing is cached")
+            # Generated kernels are opt-in until the ahead-of-time library lands.
+            print("note         empty: kernels are generated (and cached) with VTPU_GENERATED_KERNELS=1")
         if os.environ.get("VTPU_SHARED_CACHE"):
             print("shared tier  configured (VTPU_SHARED_CACHE); not inspected by this command")
         return 0

@@ -81,9 +81,11 @@ def test_cli_cache_stats_and_clear(tmp_path, monkeypatch, capsys):
     assert cli.main(["cache", "stats"]) == 0
     assert "entries      0" in capsys.readouterr().out  # absent directory: zero, no error
 
-    (cache / "ab").mkdir(parents=True)
-    (cache / "ab" / "kernel.so").write_bytes(b"x" * 100)
-    (cache / "index").write_bytes(b"y" * 20)
+    # The disk tier's layout: <key>.entry files, plus lock files that are not entries.
+    cache.mkdir(parents=True)
+    (cache / ("a" * 32 + ".entry")).write_bytes(b"x" * 100)
+    (cache / ("b" * 32 + ".entry")).write_bytes(b"y" * 20)
+    (cache / ("a" * 32 + ".lock")).write_bytes(b"")
     assert cli.main(["cache", "stats"]) == 0
     out = capsys.readouterr().out
     assert "entries      2" in out and "bytes        120" in out

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "temp_dir.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -29,24 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "vtpu_cache_test.XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using vtpu::testing::TempDir;
 
 // Sets (or unsets, with nullopt) an environment variable for one scope.
 class ScopedEnv {

@@ -4,6 +4,8 @@
 #include "vtpu/compiler/kernel_provider.h"
 
 #include <gtest/gtest.h>
+
+#include "temp_dir.h"
 #include <stdlib.h>
 
 #include <filesystem>
@@ -17,21 +19,7 @@
 namespace vtpu::compiler {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "vtpu-provider-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using vtpu::testing::TempDir;
 
 std::unique_ptr<cache::CompileCache> local_cache(const std::string& dir) {
   cache::DiskTier::Options options;

@@ -228,14 +228,78 @@ TEST_F(HostCodegenTest, ConstantIsALaunchArgument) {
   expect_matches_interpreter(expected_case, launch(c, nullptr));
 }
 
-TEST(HostCodegenErrors, NonElementwiseOpIsRefusedByName) {
+TEST(HostCodegenErrors, UnsupportedOpIsRefusedByName) {
   const auto t = TensorType::contiguous(DType::kFloat32, {2, 3});
-  const ir::Graph g = ir::single_op(OpKind::Sum, {t}, {});
+  const ir::Graph g = ir::single_op(OpKind::Softmax, {t}, {{"dim", std::int64_t{1}}});
   try {
     generate_host_kernel(g, "k");
     FAIL() << "expected an error";
   } catch (const runtime::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("sum"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("softmax"), std::string::npos) << e.what();
+  }
+}
+
+// Reductions: the output is passed in the input's dims, stride 0 where reduced.
+TEST(HostCodegenReductions, MatchTheInterpreter) {
+  struct ReductionCase {
+    OpKind op;
+    TensorType input;
+    std::vector<std::int64_t> dims;
+    bool keepdim;
+  };
+  const std::vector<ReductionCase> specs = {
+      {OpKind::Sum, TensorType::contiguous(DType::kFloat32, {6, 7}), {1}, false},
+      {OpKind::Sum, TensorType::contiguous(DType::kFloat32, {6, 7}), {0}, true},
+      {OpKind::Sum, TensorType::contiguous(DType::kFloat32, {3, 4, 5}), {}, false},
+      {OpKind::Mean, TensorType::contiguous(DType::kFloat32, {3, 4, 5}), {0, 2}, false},
+      {OpKind::Mean, TensorType::contiguous(DType::kBFloat16, {4, 9}), {-1}, true},
+      {OpKind::Prod, TensorType::contiguous(DType::kFloat64, {5, 3}), {1}, false},
+      {OpKind::Amax, TensorType::contiguous(DType::kFloat32, {4, 6}), {1}, false},
+      {OpKind::Amin, TensorType::contiguous(DType::kInt32, {4, 6}), {0}, false},
+      {OpKind::Sum, TensorType::contiguous(DType::kInt64, {4, 6}), {1}, false},
+      {OpKind::Sum, TensorType{DType::kFloat32, {5, 4}, {1, 5}}, {1}, false},  // transposed input
+      {OpKind::Sum, TensorType::contiguous(DType::kFloat32, {0, 3}), {0}, false},  // empty reduction
+  };
+  std::mt19937 rng(3);
+  std::vector<Case> cases;
+  std::vector<GeneratedKernel> kernels;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const auto& spec = specs[i];
+    Case c;
+    c.symbol = "r" + std::to_string(i);
+    c.graph = ir::single_op(spec.op, {spec.input}, {{"dims", spec.dims}, {"keepdim", spec.keepdim}});
+    c.inputs.push_back(random_buffer(spec.input, rng, spec.op == OpKind::Prod));
+    kernels.push_back(generate_host_kernel(c.graph, c.symbol));
+    cases.push_back(std::move(c));
+  }
+  const auto library = KernelLibrary::load(SystemCompiler().compile(host_translation_unit(kernels)));
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    Case& c = cases[i];
+    const auto& spec = specs[i];
+    const TensorType& in_type = spec.input;
+    const TensorType out_type = c.graph.type(c.graph.outputs()[0]);
+    ir::Buffer out = ir::Buffer::zeros(out_type);
+    ir::Buffer in = c.inputs[0];
+    const auto rank = static_cast<std::size_t>(in_type.rank());
+    std::vector<bool> reduced(rank, spec.dims.empty());
+    for (auto d : spec.dims) reduced[static_cast<std::size_t>(d < 0 ? d + static_cast<std::int64_t>(rank) : d)] = true;
+    VtpuTensorArg args[2] = {};
+    args[0].data = out.bytes.data();
+    args[1].data = in.bytes.data();
+    std::size_t out_dim = 0;
+    for (std::size_t d = 0; d < rank; ++d) {
+      args[1].sizes[d] = args[0].sizes[d] = in_type.sizes[d];
+      args[1].strides[d] = in_type.strides[d];
+      if (reduced[d]) {
+        args[0].strides[d] = 0;
+        if (spec.keepdim) ++out_dim;
+      } else {
+        args[0].strides[d] = out_type.strides[out_dim++];
+      }
+    }
+    VtpuLaunchArgs launch{kLaunchAbiVersion, static_cast<std::int32_t>(rank), 2, args, nullptr, &threaded_for, nullptr};
+    library.get(c.symbol)(&launch);
+    expect_matches_interpreter(c, {out});
   }
 }
 

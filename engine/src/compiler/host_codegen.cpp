@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "host_codegen_internal.h"
 #include "vtpu/compiler/launch_abi.h"
 #include "vtpu/ir/canonical.h"
 #include "vtpu/runtime/error.h"
@@ -16,7 +17,12 @@ using ir::OpKind;
 using runtime::Error;
 using runtime::ErrorKind;
 
-// Storage type of each dtype in generated code (half types are raw bits).
+using detail::storage_type;
+
+}  // namespace
+
+namespace detail {
+
 const char* storage_type(DType t) {
   switch (t) {
     case DType::kBool: return "bool";
@@ -32,6 +38,10 @@ const char* storage_type(DType t) {
   }
   return "float";
 }
+
+}  // namespace detail
+
+namespace {
 
 // The type arithmetic is done in (torch's opmath type).
 const char* compute_type_name(DType t) { return storage_type(ir::compute_type(t)); }
@@ -165,7 +175,7 @@ class Emitter {
     if (out_sizes.size() > static_cast<std::size_t>(kMaxRank))
       throw Error(ErrorKind::kInvalidArgument, "[host codegen] rank above " + std::to_string(kMaxRank));
     for (const auto& node : graph_.nodes()) {
-      if (!host_codegen_supports(node.op))
+      if (!host_codegen_supports(node.op) || detail::host_reduction_supports(node.op))
         throw Error(ErrorKind::kInvalidArgument,
                     "[host codegen] " + std::string(ir::name(node.op)) + " is not an elementwise op");
       if (node.op != OpKind::Input && node.op != OpKind::Constant && node.type.sizes != out_sizes)
@@ -337,6 +347,7 @@ class Emitter {
 }  // namespace
 
 bool host_codegen_supports(ir::OpKind op) {
+  if (detail::host_reduction_supports(op)) return true;
   switch (op) {
     case OpKind::Input:
     case OpKind::Constant:
@@ -349,6 +360,8 @@ bool host_codegen_supports(ir::OpKind op) {
 }
 
 GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& symbol) {
+  for (const auto& node : graph.nodes())
+    if (detail::host_reduction_supports(node.op)) return detail::emit_reduction(graph, symbol);
   return Emitter(graph).emit(symbol);
 }
 

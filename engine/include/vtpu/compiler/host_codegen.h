@@ -24,8 +24,10 @@ struct GeneratedKernel {
   std::string source;  // the kernel's code; needs host_translation_unit()'s preamble
 };
 
-// Throws Error(kInvalidArgument) naming the op when the graph holds an op the
-// host generator does not compile (the caller then uses another path).
+// A graph of elementwise ops, or one reduction (sum, mean, prod, amax, amin)
+// of one input; see host_codegen_reduction.cpp for the reduction launch
+// contract. Throws Error(kInvalidArgument) naming the op when the graph holds
+// an op the host generator does not compile (the caller then uses another path).
 GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& symbol);
 
 // A complete C++ translation unit: the launch ABI and shared helpers once,

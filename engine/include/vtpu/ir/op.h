@@ -132,11 +132,12 @@ enum class OpCategory : std::uint8_t {
   X(LogSoftmaxBackward, "log_softmax_backward", kNormalization, 2, 2)   \
       /* (grad, output) dim */                                                \
   X(LayerNorm, "layer_norm", kNormalization, 1, 3)                            \
-      /* (x, weight?, bias?) normalized_shape eps? has_weight has_bias */     \
+      /* (x, weight?, bias?) normalized_shape eps?=1e-5 has_weight has_bias */ \
   X(LayerNormBackward, "layer_norm_backward", kNormalization, 4, 5)           \
       /* (grad, x, mean, rstd, weight?) normalized_shape has_weight -> dx */  \
   X(RmsNorm, "rms_norm", kNormalization, 1, 2)                                \
-      /* (x, weight?) normalized_shape eps has_weight */                      \
+      /* (x, weight?) normalized_shape eps? has_weight; eps defaults to       \
+         torch's finfo(dtype).eps */                                          \
   X(RmsNormBackward, "rms_norm_backward", kNormalization, 3, 4)               \
       /* (grad, x, rstd, weight?) normalized_shape has_weight -> dx */        \
   /* indexing */                                                              \

@@ -1,0 +1,17 @@
+// Shared between the host code generator's files (not a public header).
+#pragma once
+
+#include <string>
+
+#include "vtpu/compiler/host_codegen.h"
+#include "vtpu/ir/graph.h"
+
+namespace vtpu::compiler::detail {
+
+// Storage type of a dtype in generated code (16-bit floats are raw bits).
+const char* storage_type(ir::DType t);
+
+bool host_reduction_supports(ir::OpKind op);
+GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol);
+
+}  // namespace vtpu::compiler::detail

@@ -85,6 +85,28 @@ void aten_parallel_for(std::int64_t total, std::int64_t grain, compiler::VtpuPar
   at::parallel_for(0, total, grain, [&](std::int64_t begin, std::int64_t end) { body(begin, end, context); });
 }
 
+// Queues the kernel; device pointers are resolved when it runs (storages
+// are kept alive by the task).
+void enqueue(compiler::VtpuKernelFn fn, std::int64_t rank, std::vector<KernelTensor> tensors,
+             std::vector<double> scalars = {}) {
+  DeviceContext& context = DeviceContext::get();
+  context.metrics().count_op();
+  ++g_launches;
+  context.launch([fn, rank, tensors = std::move(tensors), scalars = std::move(scalars)]() {
+    std::vector<compiler::VtpuTensorArg> args;
+    args.reserve(tensors.size());
+    for (const auto& t : tensors) {
+      compiler::VtpuTensorArg arg = t.arg;
+      arg.data = static_cast<char*>(t.storage.unsafeGetStorageImpl()->mutable_data()) + t.byte_offset;
+      args.push_back(arg);
+    }
+    compiler::VtpuLaunchArgs launch{compiler::kLaunchAbiVersion, static_cast<std::int32_t>(rank),
+                                    static_cast<std::int32_t>(args.size()), args.data(), scalars.data(),
+                                    &aten_parallel_for, nullptr};
+    fn(&launch);
+  });
+}
+
 }  // namespace
 
 bool generated_kernels_enabled() {
@@ -95,15 +117,31 @@ bool generated_kernels_enabled() {
   return enabled;
 }
 
-bool launch_generated(ir::OpKind op, const at::Tensor& out, std::initializer_list<at::Tensor> inputs,
+bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Tensor> inputs,
                       const ir::Attributes& attrs) {
   if (out.dim() > compiler::kMaxRank || !to_ir(out.scalar_type())) return false;
   ir::Graph graph;
   std::vector<ir::ValueId> ids;
+  std::vector<at::Tensor> device_inputs;
+  std::vector<double> scalars;  // Constant values, in node order: launch arguments
   for (const at::Tensor& t : inputs) {
     const auto dtype = to_ir(t.scalar_type());
-    if (t.device().type() != kVtpu || !dtype || t.is_conj() || t.is_neg()) return false;
-    ids.push_back(graph.add_input(ir::TensorType{*dtype, t.sizes().vec(), t.strides().vec()}));
+    if (!dtype || t.is_conj() || t.is_neg()) return false;
+    if (t.device().type() == kVtpu) {
+      ids.push_back(graph.add_input(ir::TensorType{*dtype, t.sizes().vec(), t.strides().vec()}));
+      device_inputs.push_back(t);
+    } else if (t.device().is_cpu() && t.dim() == 0 && t.unsafeGetTensorImpl()->is_wrapped_number()) {
+      // A Python scalar: a Constant node (same promotion rules), its value
+      // passed at launch so the kernel serves every value.
+      const c10::Scalar value = t.item();
+      ir::AttrValue attr = value.isBoolean() ? ir::AttrValue(value.toBool())
+                           : value.isIntegral(false) ? ir::AttrValue(value.toLong())
+                                                     : ir::AttrValue(value.toDouble());
+      ids.push_back(graph.add_node(ir::OpKind::Constant, {}, {{"value", attr}}));
+      scalars.push_back(value.toDouble());
+    } else {
+      return false;
+    }
   }
   compiler::VtpuKernelFn fn = nullptr;
   try {
@@ -124,23 +162,58 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, std::initializer_lis
 
   std::vector<KernelTensor> tensors;
   tensors.push_back(kernel_tensor(out, out.sizes()));
-  for (const at::Tensor& t : inputs) tensors.push_back(kernel_tensor(t, out.sizes()));
-  const auto rank = static_cast<std::int32_t>(out.dim());
-  DeviceContext& context = DeviceContext::get();
-  context.metrics().count_op();
-  ++g_launches;
-  context.launch([fn, rank, tensors = std::move(tensors)]() mutable {
-    std::vector<compiler::VtpuTensorArg> args;
-    args.reserve(tensors.size());
-    for (auto& t : tensors) {
-      compiler::VtpuTensorArg arg = t.arg;
-      arg.data = static_cast<char*>(t.storage.unsafeGetStorageImpl()->mutable_data()) + t.byte_offset;
-      args.push_back(arg);
+  for (const at::Tensor& t : device_inputs) tensors.push_back(kernel_tensor(t, out.sizes()));
+  enqueue(fn, out.dim(), std::move(tensors), std::move(scalars));
+  return true;
+}
+
+bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::Tensor& input,
+                                std::vector<std::int64_t> dims, bool keepdim) {
+  const auto in_dtype = to_ir(input.scalar_type());
+  if (input.device().type() != kVtpu || out.device().type() != kVtpu || !in_dtype || input.dim() > compiler::kMaxRank ||
+      input.is_conj() || input.is_neg() || !to_ir(out.scalar_type()))
+    return false;
+  const std::int64_t rank = input.dim();
+  std::vector<bool> reduced(static_cast<std::size_t>(rank), dims.empty());
+  for (std::int64_t d : dims) {
+    if (d < -rank || d >= rank || rank == 0) return false;
+    reduced[static_cast<std::size_t>(d < 0 ? d + rank : d)] = true;
+  }
+  ir::Graph graph;
+  compiler::VtpuKernelFn fn = nullptr;
+  try {
+    const ir::ValueId x = graph.add_input(ir::TensorType{*in_dtype, input.sizes().vec(), input.strides().vec()});
+    ir::Attributes attrs{{"dims", dims}, {"keepdim", keepdim}};
+    if (out.scalar_type() != input.scalar_type()) attrs.set("dtype", *to_ir(out.scalar_type()));
+    const ir::ValueId result = graph.add_node(op, {x}, attrs);
+    if (graph.type(result).dtype != *to_ir(out.scalar_type()) || graph.type(result).sizes != out.sizes().vec())
+      return false;
+    graph.mark_output(result);
+    compiler::KernelProvider* kernels = provider();
+    if (kernels == nullptr) return false;
+    fn = kernels->get(graph);
+  } catch (const runtime::Error& e) {
+    if (e.kind() == runtime::ErrorKind::kRuntime) TORCH_WARN_ONCE("vtpu: generated kernel unavailable: ", e.what());
+    return false;
+  }
+  // The output described in the input's dims: reduced dims have stride 0.
+  KernelTensor out_tensor;
+  out_tensor.storage = out.storage();
+  out_tensor.byte_offset = out.storage_offset() * static_cast<std::int64_t>(out.itemsize());
+  std::int64_t out_dim = 0;
+  for (std::int64_t d = 0; d < rank; ++d) {
+    out_tensor.arg.sizes[d] = input.size(d);
+    if (reduced[static_cast<std::size_t>(d)]) {
+      out_tensor.arg.strides[d] = 0;
+      if (keepdim) ++out_dim;
+    } else {
+      out_tensor.arg.strides[d] = out.stride(out_dim++);
     }
-    compiler::VtpuLaunchArgs launch{compiler::kLaunchAbiVersion, rank, static_cast<std::int32_t>(args.size()),
-                                    args.data(), nullptr, &aten_parallel_for, nullptr};
-    fn(&launch);
-  });
+  }
+  std::vector<KernelTensor> tensors;
+  tensors.push_back(std::move(out_tensor));
+  tensors.push_back(kernel_tensor(input, input.sizes()));
+  enqueue(fn, rank, std::move(tensors));
   return true;
 }
 

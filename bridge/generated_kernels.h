@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "vtpu/ir/attributes.h"
 #include "vtpu/ir/op.h"
@@ -23,8 +24,13 @@ bool generated_kernels_enabled();
 // geometry) on a generated kernel. Returns false, having done nothing, when
 // the op/dtypes/operands are outside what the generator handles or the
 // kernel could not be built; the caller then uses ATen's kernel.
-bool launch_generated(ir::OpKind op, const at::Tensor& out, std::initializer_list<at::Tensor> inputs,
+bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Tensor> inputs,
                       const ir::Attributes& attrs = {});
+
+// A reduction of `input` over `dims` (empty: all) into `out`, which has the
+// reduced shape (keepdim or not). Same contract as launch_generated.
+bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::Tensor& input,
+                                std::vector<std::int64_t> dims, bool keepdim);
 
 struct GeneratedKernelStats {
   std::uint64_t launches = 0;

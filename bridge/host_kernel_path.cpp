@@ -16,6 +16,8 @@
 
 #include "aten_bridge.h"
 #include "device_context.h"
+#include "generated_kernels.h"
+#include "generated_lowering.h"
 #include "out_variant_index.h"
 
 namespace vtpu::bridge {
@@ -376,10 +378,11 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   const std::size_t num_args = schema.arguments().size();
   const std::size_t first = stack->size() - num_args;
   const std::string name = op_name(op);
+  check_devices(schema, *stack, first);
+  // Generated kernels first; they count themselves.
+  if (generated_kernels_enabled() && try_generated_lowering(op, stack)) return;
   context.metrics().count_op();
   context.metrics().count_host_fallback(name);
-  check_devices(schema, *stack, first);
-
   if (!returns_only_tensors(schema)) return run_synchronously(op, stack, "host_value_op");
   if (no_meta_ops().contains(op)) return run_synchronously(op, stack, "op_without_meta");
   if (meta_disagrees_with_cpu().contains(op)) return run_synchronously(op, stack, "meta_disagrees_with_cpu");

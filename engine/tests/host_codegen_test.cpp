@@ -78,6 +78,7 @@ class HostCodegenTest : public ::testing::Test {
     add_case(OpKind::Div, {f32, f32}, {}, true);
     add_case(OpKind::Pow, {f32, f32}, {}, true);
     add_case(OpKind::Add, {f32, f32}, {{"alpha", 2.5}});
+    add_case(OpKind::GeluBackward, {f32, f32});
     // Dtypes: bf16/f16 compute in float32 and round on store; ints wrap like torch.
     for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat64, DType::kInt32, DType::kInt64,
                      DType::kUInt8, DType::kBool}) {

@@ -310,6 +310,12 @@ class Emitter {
       case OpKind::ThresholdBackward:
         return "(" + b + " <= " + T + "(" + number(node.attrs.get_double("threshold", 0.0)) + ") ? " + T + "(0) : " + a +
                ")";
+      case OpKind::GeluBackward:
+        if (node.attrs.get_string("approximate", "none") != "none")
+          throw Error(ErrorKind::kInvalidArgument, "[host codegen] gelu_backward with tanh approximation");
+        // d/dx [x * Phi(x)] = Phi(x) + x * phi(x)
+        return a + " * (" + T + "(0.5) * (" + T + "(1) + std::erf(" + b + " * " + T + "(0.7071067811865476))) + " + b +
+               " * " + T + "(0.3989422804014327) * std::exp(" + T + "(-0.5) * " + b + " * " + b + "))";
       case OpKind::SigmoidBackward: return a + " * (" + T + "(1) - " + b + ") * " + b;
       case OpKind::TanhBackward: return a + " * (" + T + "(1) - " + b + " * " + b + ")";
       case OpKind::SiluBackward:
@@ -352,8 +358,6 @@ bool host_codegen_supports(ir::OpKind op) {
     case OpKind::Input:
     case OpKind::Constant:
       return true;
-    case OpKind::GeluBackward:  // needs its own formula; not generated yet
-      return false;
     default:
       return ir::is_elementwise(op);
   }

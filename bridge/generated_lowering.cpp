@@ -1,0 +1,125 @@
+#include "generated_lowering.h"
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "generated_kernels.h"
+
+namespace vtpu::bridge {
+namespace {
+
+using ir::OpKind;
+using Args = c10::ArrayRef<c10::IValue>;
+
+struct Lowering {
+  OpKind op;
+  std::vector<int> operands;  // argument positions of the operands (Tensor or Scalar)
+  std::function<ir::Attributes(Args)> attributes;
+  bool reduction = false;  // operands = {self}; dims at 1, keepdim at 2
+};
+
+ir::Attributes none(Args) { return {}; }
+ir::Attributes alpha_at_2(Args a) { return {{"alpha", a[2].toScalar().toDouble()}}; }
+ir::Attributes threshold_at_2(Args a) { return {{"threshold", a[2].toScalar().toDouble()}}; }
+ir::Attributes gelu_approximate(Args a) { return {{"approximate", a[1].toStringRef()}}; }
+ir::Attributes value_at_3(Args a) { return {{"value", a[3].toScalar().toDouble()}}; }
+
+// A Scalar argument as the wrapped-number tensor ATen would make of it.
+at::Tensor wrapped(const c10::Scalar& value) {
+  at::Tensor t = at::scalar_to_tensor(value);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
+const std::unordered_map<std::string, Lowering>& table() {
+  static const auto* lowerings = [] {
+    auto* t = new std::unordered_map<std::string, Lowering>();
+    const std::pair<const char*, OpKind> unary[] = {
+        {"exp", OpKind::Exp},         {"log", OpKind::Log},       {"neg", OpKind::Neg},
+        {"abs", OpKind::Abs},         {"sqrt", OpKind::Sqrt},     {"rsqrt", OpKind::Rsqrt},
+        {"reciprocal", OpKind::Reciprocal}, {"sin", OpKind::Sin}, {"cos", OpKind::Cos},
+        {"tanh", OpKind::Tanh},       {"sigmoid", OpKind::Sigmoid}, {"silu", OpKind::Silu},
+        {"erf", OpKind::Erf},         {"floor", OpKind::Floor},   {"ceil", OpKind::Ceil},
+        {"trunc", OpKind::Trunc},     {"exp2", OpKind::Exp2},     {"log2", OpKind::Log2},
+        {"log1p", OpKind::Log1p},     {"expm1", OpKind::Expm1},   {"sign", OpKind::Sign},
+        {"bitwise_not", OpKind::BitwiseNot}, {"logical_not", OpKind::LogicalNot}};
+    for (const auto& [name, kind] : unary) t->emplace(std::string("aten::") + name + ".out", Lowering{kind, {0}, none});
+    const std::pair<const char*, OpKind> binary[] = {
+        {"mul.out", OpKind::Mul},          {"div.out", OpKind::Div},
+        {"maximum.out", OpKind::Maximum},  {"minimum.out", OpKind::Minimum},
+        {"pow.Tensor_Tensor_out", OpKind::Pow}, {"atan2.out", OpKind::Atan2},
+        {"eq.Tensor_out", OpKind::Eq},     {"ne.Tensor_out", OpKind::Ne},
+        {"lt.Tensor_out", OpKind::Lt},     {"le.Tensor_out", OpKind::Le},
+        {"gt.Tensor_out", OpKind::Gt},     {"ge.Tensor_out", OpKind::Ge},
+        {"logical_and.out", OpKind::LogicalAnd}, {"logical_or.out", OpKind::LogicalOr},
+        {"sigmoid_backward.grad_input", OpKind::SigmoidBackward},
+        {"tanh_backward.grad_input", OpKind::TanhBackward},
+        {"silu_backward.grad_input", OpKind::SiluBackward}};
+    for (const auto& [name, kind] : binary) t->emplace(std::string("aten::") + name, Lowering{kind, {0, 1}, none});
+    t->emplace("aten::add.out", Lowering{OpKind::Add, {0, 1}, alpha_at_2});
+    t->emplace("aten::sub.out", Lowering{OpKind::Sub, {0, 1}, alpha_at_2});
+    t->emplace("aten::threshold_backward.grad_input", Lowering{OpKind::ThresholdBackward, {0, 1}, threshold_at_2});
+    t->emplace("aten::gelu.out", Lowering{OpKind::Gelu, {0}, gelu_approximate});
+    t->emplace("aten::gelu_backward.grad_input",
+               Lowering{OpKind::GeluBackward, {0, 1}, [](Args a) { return ir::Attributes{{"approximate", a[2].toStringRef()}}; }});
+    t->emplace("aten::where.self_out", Lowering{OpKind::Where, {0, 1, 2}, none});
+    // The optimizers' arithmetic (foreach AdamW/SGD decompose into these).
+    t->emplace("aten::addcmul.out", Lowering{OpKind::Addcmul, {0, 1, 2}, value_at_3});
+    t->emplace("aten::addcdiv.out", Lowering{OpKind::Addcdiv, {0, 1, 2}, value_at_3});
+    t->emplace("aten::lerp.Scalar_out", Lowering{OpKind::Lerp, {0, 1, 2}, none});
+    t->emplace("aten::lerp.Tensor_out", Lowering{OpKind::Lerp, {0, 1, 2}, none});
+    t->emplace("aten::pow.Tensor_Scalar_out", Lowering{OpKind::Pow, {0, 1}, none});
+    const std::pair<const char*, OpKind> reductions[] = {{"aten::sum.IntList_out", OpKind::Sum},
+                                                         {"aten::mean.out", OpKind::Mean},
+                                                         {"aten::amax.out", OpKind::Amax},
+                                                         {"aten::amin.out", OpKind::Amin}};
+    for (const auto& [name, kind] : reductions) t->emplace(name, Lowering{kind, {0}, none, true});
+    return t;
+  }();
+  return *lowerings;
+}
+
+}  // namespace
+
+bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto& name = op.operator_name();
+  const std::string key = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  const auto found = table().find(key);
+  if (found == table().end()) return false;
+  const Lowering& lowering = found->second;
+  const std::size_t num_args = schema.arguments().size();
+  const Args args(stack->data() + (stack->size() - num_args), num_args);
+  // The out tensor is the last argument for every op in the table.
+  if (!args.back().isTensor()) return false;
+  const at::Tensor out = args.back().toTensor();
+  std::vector<at::Tensor> operands;
+  for (int position : lowering.operands) {
+    const c10::IValue& arg = args[static_cast<std::size_t>(position)];
+    if (arg.isTensor()) operands.push_back(arg.toTensor());
+    else if (arg.isScalar()) operands.push_back(wrapped(arg.toScalar()));
+    else return false;
+  }
+  bool launched = false;
+  if (lowering.reduction) {
+    std::vector<std::int64_t> dims;
+    if (args[1].isIntList()) dims = args[1].toIntVector();
+    else if (!args[1].isNone()) return false;
+    if (!args[2].isBool()) return false;
+    // sum/mean take an optional dtype: only the no-conversion case is lowered.
+    if (num_args > 4 && !args[3].isNone()) return false;
+    launched = launch_generated_reduction(lowering.op, out, operands[0], dims, args[2].toBool());
+  } else {
+    launched = launch_generated(lowering.op, out, operands, lowering.attributes(args));
+  }
+  if (!launched) return false;
+  stack->erase(stack->end() - static_cast<std::ptrdiff_t>(num_args), stack->end());
+  stack->emplace_back(out);
+  return true;
+}
+
+}  // namespace vtpu::bridge

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aten_bridge.h"
 #include "generated_kernels.h"
 
 namespace vtpu::bridge {
@@ -20,6 +21,9 @@ struct Lowering {
   std::vector<int> operands;  // argument positions of the operands (Tensor or Scalar)
   std::function<ir::Attributes(Args)> attributes;
   bool reduction = false;  // operands = {self}; dims at 1, keepdim at 2
+  // Functional (no out argument): the result is allocated here with the
+  // first operand's shape and dtype; in place: the first operand is the result.
+  enum class Result { kOutArgument, kFresh, kInPlace } result = Result::kOutArgument;
 };
 
 ir::Attributes none(Args) { return {}; }
@@ -67,12 +71,22 @@ const std::unordered_map<std::string, Lowering>& table() {
     t->emplace("aten::gelu_backward.grad_input",
                Lowering{OpKind::GeluBackward, {0, 1}, [](Args a) { return ir::Attributes{{"approximate", a[2].toStringRef()}}; }});
     t->emplace("aten::where.self_out", Lowering{OpKind::Where, {0, 1, 2}, none});
+    t->emplace("aten::relu", Lowering{OpKind::Relu, {0}, none, false, Lowering::Result::kFresh});
+    t->emplace("aten::relu_", Lowering{OpKind::Relu, {0}, none, false, Lowering::Result::kInPlace});
     // The optimizers' arithmetic (foreach AdamW/SGD decompose into these).
     t->emplace("aten::addcmul.out", Lowering{OpKind::Addcmul, {0, 1, 2}, value_at_3});
     t->emplace("aten::addcdiv.out", Lowering{OpKind::Addcdiv, {0, 1, 2}, value_at_3});
     t->emplace("aten::lerp.Scalar_out", Lowering{OpKind::Lerp, {0, 1, 2}, none});
     t->emplace("aten::lerp.Tensor_out", Lowering{OpKind::Lerp, {0, 1, 2}, none});
     t->emplace("aten::pow.Tensor_Scalar_out", Lowering{OpKind::Pow, {0, 1}, none});
+    // Row operations. ATen's half_to_float and input_dtype variants convert
+    // dtypes on the way; only the plain case is lowered (checked below).
+    const auto dim_at_2 = [](Args a) { return ir::Attributes{{"dim", a[2].toInt()}}; };
+    const auto dim_at_1 = [](Args a) { return ir::Attributes{{"dim", a[1].toInt()}}; };
+    t->emplace("aten::_softmax.out", Lowering{OpKind::Softmax, {0}, dim_at_1});
+    t->emplace("aten::_log_softmax.out", Lowering{OpKind::LogSoftmax, {0}, dim_at_1});
+    t->emplace("aten::_softmax_backward_data.out", Lowering{OpKind::SoftmaxBackward, {0, 1}, dim_at_2});
+    t->emplace("aten::_log_softmax_backward_data.out", Lowering{OpKind::LogSoftmaxBackward, {0, 1}, dim_at_2});
     const std::pair<const char*, OpKind> reductions[] = {{"aten::sum.IntList_out", OpKind::Sum},
                                                          {"aten::mean.out", OpKind::Mean},
                                                          {"aten::amax.out", OpKind::Amax},
@@ -94,9 +108,6 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
   const Lowering& lowering = found->second;
   const std::size_t num_args = schema.arguments().size();
   const Args args(stack->data() + (stack->size() - num_args), num_args);
-  // The out tensor is the last argument for every op in the table.
-  if (!args.back().isTensor()) return false;
-  const at::Tensor out = args.back().toTensor();
   std::vector<at::Tensor> operands;
   for (int position : lowering.operands) {
     const c10::IValue& arg = args[static_cast<std::size_t>(position)];
@@ -104,6 +115,25 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
     else if (arg.isScalar()) operands.push_back(wrapped(arg.toScalar()));
     else return false;
   }
+  at::Tensor out;
+  switch (lowering.result) {
+    case Lowering::Result::kOutArgument:  // the last argument for every such op in the table
+      if (!args.back().isTensor()) return false;
+      out = args.back().toTensor();
+      break;
+    case Lowering::Result::kFresh:
+      if (operands[0].device().type() != kVtpu) return false;
+      out = empty_device(operands[0].sizes(), operands[0].scalar_type());
+      break;
+    case Lowering::Result::kInPlace:
+      out = operands[0];
+      break;
+  }
+  // _softmax(self, dim, half_to_float) and the backward's input_dtype.
+  if ((lowering.op == OpKind::Softmax || lowering.op == OpKind::LogSoftmax) && args[2].toBool()) return false;
+  if ((lowering.op == OpKind::SoftmaxBackward || lowering.op == OpKind::LogSoftmaxBackward) &&
+      args[3].toScalarType() != operands[0].scalar_type())
+    return false;
   bool launched = false;
   if (lowering.reduction) {
     std::vector<std::int64_t> dims;

@@ -79,6 +79,13 @@ class HostCodegenTest : public ::testing::Test {
     add_case(OpKind::Pow, {f32, f32}, {}, true);
     add_case(OpKind::Add, {f32, f32}, {{"alpha", 2.5}});
     add_case(OpKind::GeluBackward, {f32, f32});
+    // Row operations: all tensors share the input's shape.
+    add_case(OpKind::Softmax, {f32}, {{"dim", std::int64_t{1}}});
+    add_case(OpKind::LogSoftmax, {f32}, {{"dim", std::int64_t{0}}});
+    add_case(OpKind::Softmax, {TensorType::contiguous(DType::kBFloat16, {3, 5, 7})}, {{"dim", std::int64_t{-1}}});
+    add_case(OpKind::LogSoftmax, {strided(DType::kFloat32, {6, 4}, {1, 6})}, {{"dim", std::int64_t{1}}});
+    add_case(OpKind::SoftmaxBackward, {f32, f32}, {{"dim", std::int64_t{1}}});
+    add_case(OpKind::LogSoftmaxBackward, {f32, f32}, {{"dim", std::int64_t{1}}});
     // Dtypes: bf16/f16 compute in float32 and round on store; ints wrap like torch.
     for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat64, DType::kInt32, DType::kInt64,
                      DType::kUInt8, DType::kBool}) {
@@ -231,12 +238,12 @@ TEST_F(HostCodegenTest, ConstantIsALaunchArgument) {
 
 TEST(HostCodegenErrors, UnsupportedOpIsRefusedByName) {
   const auto t = TensorType::contiguous(DType::kFloat32, {2, 3});
-  const ir::Graph g = ir::single_op(OpKind::Softmax, {t}, {{"dim", std::int64_t{1}}});
+  const ir::Graph g = ir::single_op(OpKind::LayerNorm, {t}, {{"normalized_shape", std::vector<std::int64_t>{3}}});
   try {
     generate_host_kernel(g, "k");
     FAIL() << "expected an error";
   } catch (const runtime::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("softmax"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layer_norm"), std::string::npos) << e.what();
   }
 }
 

@@ -14,4 +14,7 @@ const char* storage_type(ir::DType t);
 bool host_reduction_supports(ir::OpKind op);
 GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol);
 
+bool host_softmax_supports(ir::OpKind op);
+GeneratedKernel emit_softmax(const ir::Graph& graph, const std::string& symbol);
+
 }  // namespace vtpu::compiler::detail

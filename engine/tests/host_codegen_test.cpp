@@ -97,6 +97,7 @@ class HostCodegenTest : public ::testing::Test {
     add_case(OpKind::Div, {i64, i64}, {{"rounding_mode", std::string("floor")}}, true);
     add_case(OpKind::Remainder, {i64, i64}, {}, true);
     add_case(OpKind::BitwiseXor, {i64, i64});
+    add_case(OpKind::Pow, {i64, TensorType::contiguous(DType::kInt64, {3, 17})});
     // Promotion: int32 + float32 -> float32; bf16 * f32 -> f32.
     add_case(OpKind::Add, {TensorType::contiguous(DType::kInt32, {5, 6}), TensorType::contiguous(DType::kFloat32, {5, 6})});
     add_case(OpKind::Mul, {TensorType::contiguous(DType::kBFloat16, {5, 6}), TensorType::contiguous(DType::kFloat32, {5, 6})});

@@ -81,6 +81,18 @@ template <typename T> static inline T vtpu_remainder(T a, T b) {
   else { T r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
 }
 template <typename T> static inline T vtpu_fmod(T a, T b) { if constexpr (std::is_floating_point_v<T>) return std::fmod(a, b); else return a % b; }
+// Integer powers are exact (squaring, wrapping like torch); negative exponents
+// give 0 except for bases 1 and -1, as in ATen's integer pow.
+template <typename T> static inline T vtpu_pow(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) { return std::pow(a, b); }
+  else {
+    if (b < 0) { if (a == 1) return 1; if (a == -1) return ((-b) % 2) ? T(-1) : T(1); return 0; }
+    using U = std::make_unsigned_t<T>;
+    U result = 1, base = static_cast<U>(a);
+    for (T e = b; e > 0; e >>= 1) { if (e & 1) result *= base; base *= base; }
+    return static_cast<T>(result);
+  }
+}
 template <typename T> static inline T vtpu_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
 )PRELUDE";
 
@@ -290,7 +302,7 @@ class Emitter {
         if (mode == "floor") return "vtpu_floor_div(" + a + ", " + b + ")";
         return a + " / " + b;
       }
-      case OpKind::Pow: return "std::pow(" + a + ", " + b + ")";
+      case OpKind::Pow: return "vtpu_pow(" + a + ", " + b + ")";
       case OpKind::Maximum: return "vtpu_max(" + a + ", " + b + ")";
       case OpKind::Minimum: return "vtpu_min(" + a + ", " + b + ")";
       case OpKind::Eq: return a + " == " + b;

@@ -34,8 +34,6 @@ const std::string& host_isa() {
   return isa;
 }
 
-std::string symbol_for(const cache::Key& key) { return "vtpu_kernel_" + key.hex(); }
-
 }  // namespace
 
 KernelProvider::KernelProvider(std::unique_ptr<cache::CompileCache> cache) : cache_(std::move(cache)) {
@@ -47,33 +45,52 @@ const SystemCompiler& KernelProvider::compiler() {
   return *compiler_;
 }
 
-cache::Key KernelProvider::key_for(const ir::Graph& graph) {
-  const std::string ir_hash = ir::hash(graph, ir::ShapeMode::kGeneric, ir::ScalarMode::kParameters).hex();
+std::string KernelProvider::source_for(const ir::Graph& graph, const std::string& symbol) {
+  return host_translation_unit({generate_host_kernel(graph, symbol)});
+}
+
+std::string KernelProvider::symbol_for(const ir::Graph& graph) {
+  // Named after the graph's shape-generic hash: stable, and unique per kernel.
+  return "vtpu_kernel_" + ir::hash(graph, ir::ShapeMode::kGeneric, ir::ScalarMode::kParameters).hex();
+}
+
+cache::Key KernelProvider::key_for_source(const std::string& source) {
   std::string flags;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& f : compiler().flags()) flags += f + " ";
   }
   const std::string abi = std::to_string(kLaunchAbiVersion);
-  return cache::make_key({"vtpu-host-kernel", ir_hash, "target=host", host_isa(), compiler_->identity(), flags,
-                          abi, kVtpuVersion});
+  // The generated source itself is hashed, not just the IR: a change in the
+  // code generator changes the key, so a cache never serves a kernel built
+  // by an older generator.
+  return cache::make_key({"vtpu-host-kernel", source, "target=host", host_isa(), compiler_->identity(), flags, abi,
+                          kVtpuVersion});
+}
+
+cache::Key KernelProvider::key_for(const ir::Graph& graph) {
+  return key_for_source(source_for(graph, symbol_for(graph)));
 }
 
 // One lock around lookup and build: a thread that needs a kernel being
 // compiled waits for it rather than compiling it twice.
 VtpuKernelFn KernelProvider::get(const ir::Graph& graph) {
-  const cache::Key key = key_for(graph);
-  const std::string hex = key.hex();
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (auto it = loaded_.find(hex); it != loaded_.end()) {
-    ++memory_hits_;
-    return it->second.fn;
+  const std::string symbol = symbol_for(graph);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = loaded_.find(symbol); it != loaded_.end()) {
+      ++memory_hits_;
+      return it->second.fn;
+    }
   }
-  const std::string symbol = symbol_for(key);
+  const std::string source = source_for(graph, symbol);
+  const cache::Key key = key_for_source(source);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = loaded_.find(symbol); it != loaded_.end()) return it->second.fn;
   auto entry = cache_->get_or_create(key, [&] {
     const auto start = std::chrono::steady_clock::now();
     cache::Entry built;
-    built.data = compiler().compile(host_translation_unit({generate_host_kernel(graph, symbol)}));
+    built.data = compiler().compile(source);
     built.metadata["symbol"] = symbol;
     built.metadata["compiler"] = compiler().identity();
     compile_nanoseconds_ += static_cast<std::uint64_t>(
@@ -83,7 +100,7 @@ VtpuKernelFn KernelProvider::get(const ir::Graph& graph) {
   });
   auto library = std::make_shared<KernelLibrary>(KernelLibrary::load(entry->data));
   VtpuKernelFn fn = library->get(symbol);
-  loaded_.emplace(hex, Loaded{std::move(library), fn});
+  loaded_.emplace(symbol, Loaded{std::move(library), fn});
   return fn;
 }
 

@@ -35,8 +35,9 @@ class KernelProvider {
   // Error(kRuntime) when compiling or loading fails.
   VtpuKernelFn get(const ir::Graph& graph);
 
-  // The cache key of `graph`: canonical shape-generic IR hash, target, ISA,
-  // compiler identity and flags, launch ABI and vtpu versions.
+  // The cache key of `graph`: its generated source (so the canonical
+  // shape-generic IR and the generator's own version), target, ISA, compiler
+  // identity and flags, launch ABI and vtpu versions.
   cache::Key key_for(const ir::Graph& graph);
 
   ProviderStats stats() const;
@@ -45,6 +46,9 @@ class KernelProvider {
 
  private:
   const SystemCompiler& compiler();
+  static std::string symbol_for(const ir::Graph& graph);
+  static std::string source_for(const ir::Graph& graph, const std::string& symbol);
+  cache::Key key_for_source(const std::string& source);
 
   std::unique_ptr<cache::CompileCache> cache_;
   mutable std::mutex mutex_;
@@ -53,7 +57,7 @@ class KernelProvider {
     std::shared_ptr<KernelLibrary> library;
     VtpuKernelFn fn;
   };
-  std::unordered_map<std::string, Loaded> loaded_;  // by key hex
+  std::unordered_map<std::string, Loaded> loaded_;  // by symbol (the IR's generic hash)
   std::atomic<std::uint64_t> compiles_{0};
   std::atomic<std::uint64_t> memory_hits_{0};
   std::atomic<std::uint64_t> compile_nanoseconds_{0};

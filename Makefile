@@ -9,12 +9,12 @@ DEPS_STAMP := $(VENV)/.vtpu-deps
 export TORCH_DEVICE_BACKEND_AUTOLOAD := 0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test build system-deps engine-test python-test opinfo-full bench clean
+.PHONY: demo test build system-deps engine-test python-test generated-kernel-test opinfo-full bench clean
 
 demo: build
 	$(VPY) -m torch_vtpu demo
 
-test: build engine-test python-test
+test: build engine-test python-test generated-kernel-test
 
 system-deps:
 	@missing=""; \
@@ -49,6 +49,11 @@ engine-test: system-deps $(DEPS_STAMP)
 
 python-test: build
 	$(VPY) -m pytest -q tests/python
+
+# The OpInfo CI slice again with pointwise/reduction/softmax ops on vTPU's
+# generated kernels (compiled on first use into a cache under build/).
+generated-kernel-test: build
+	VTPU_GENERATED_KERNELS=1 VTPU_CACHE_DIR=$(abspath build/kernel-cache) $(VPY) -m pytest -q tests/python/test_opinfo.py
 
 # The whole OpInfo sweep (float32/bfloat16/int64 forward, float32 gradients);
 # writes docs/opinfo_failures.md.

@@ -107,6 +107,26 @@ void enqueue(compiler::VtpuKernelFn fn, std::int64_t rank, std::vector<KernelTen
   });
 }
 
+// Finishes `graph` with the node `add_result` appends and returns its
+// kernel, or nullptr (having warned once about a failed compile) when the op
+// is outside the generator's set, the IR's inferred result disagrees with
+// ATen's `out` (then it is not the same op), or the kernel cannot be built.
+// ATen's kernel then runs instead, so no result is lost.
+template <typename AddResult>
+compiler::VtpuKernelFn resolve_kernel(ir::Graph& graph, const at::Tensor& out, AddResult add_result) {
+  try {
+    const ir::ValueId result = add_result();
+    if (graph.type(result).dtype != *to_ir(out.scalar_type()) || graph.type(result).sizes != out.sizes().vec())
+      return nullptr;
+    graph.mark_output(result);
+    compiler::KernelProvider* kernels = provider();
+    return kernels == nullptr ? nullptr : kernels->get(graph);
+  } catch (const runtime::Error& e) {
+    if (e.kind() == runtime::ErrorKind::kRuntime) TORCH_WARN_ONCE("vtpu: generated kernel unavailable: ", e.what());
+    return nullptr;
+  }
+}
+
 }  // namespace
 
 bool generated_kernels_enabled() {
@@ -143,22 +163,9 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
       return false;
     }
   }
-  compiler::VtpuKernelFn fn = nullptr;
-  try {
-    const ir::ValueId result = graph.add_node(op, ids, attrs);
-    // The IR's inference must agree with ATen's, or this is not the same op.
-    if (graph.type(result).dtype != *to_ir(out.scalar_type()) || graph.type(result).sizes != out.sizes().vec())
-      return false;
-    graph.mark_output(result);
-    compiler::KernelProvider* kernels = provider();
-    if (kernels == nullptr) return false;
-    fn = kernels->get(graph);
-  } catch (const runtime::Error& e) {
-    // Outside the generator's set (kInvalidArgument) or a failed compile:
-    // ATen's kernel runs instead, so no result is lost.
-    if (e.kind() == runtime::ErrorKind::kRuntime) TORCH_WARN_ONCE("vtpu: generated kernel unavailable: ", e.what());
-    return false;
-  }
+  const compiler::VtpuKernelFn fn =
+      resolve_kernel(graph, out, [&] { return graph.add_node(op, ids, attrs); });
+  if (fn == nullptr) return false;
 
   std::vector<KernelTensor> tensors;
   tensors.push_back(kernel_tensor(out, out.sizes()));
@@ -180,22 +187,13 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
     reduced[static_cast<std::size_t>(d < 0 ? d + rank : d)] = true;
   }
   ir::Graph graph;
-  compiler::VtpuKernelFn fn = nullptr;
-  try {
+  const compiler::VtpuKernelFn fn = resolve_kernel(graph, out, [&] {
     const ir::ValueId x = graph.add_input(ir::TensorType{*in_dtype, input.sizes().vec(), input.strides().vec()});
     ir::Attributes attrs{{"dims", dims}, {"keepdim", keepdim}};
     if (out.scalar_type() != input.scalar_type()) attrs.set("dtype", *to_ir(out.scalar_type()));
-    const ir::ValueId result = graph.add_node(op, {x}, attrs);
-    if (graph.type(result).dtype != *to_ir(out.scalar_type()) || graph.type(result).sizes != out.sizes().vec())
-      return false;
-    graph.mark_output(result);
-    compiler::KernelProvider* kernels = provider();
-    if (kernels == nullptr) return false;
-    fn = kernels->get(graph);
-  } catch (const runtime::Error& e) {
-    if (e.kind() == runtime::ErrorKind::kRuntime) TORCH_WARN_ONCE("vtpu: generated kernel unavailable: ", e.what());
-    return false;
-  }
+    return graph.add_node(op, {x}, attrs);
+  });
+  if (fn == nullptr) return false;
   // The output described in the input's dims: reduced dims have stride 0.
   KernelTensor out_tensor;
   out_tensor.storage = out.storage();

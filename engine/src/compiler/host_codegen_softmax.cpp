@@ -4,7 +4,7 @@
 //
 // Launch contract: rank = the input's rank; tensors[0] is the output, then
 // the inputs (x, or grad and output), all with the input's shape. Parallel
-// over rows; each row is reduced by one thread in a fixed order, in double.
+// over rows; each row is reduced by one thread in a fixed order.
 #include <sstream>
 #include <string>
 
@@ -16,9 +16,10 @@ namespace {
 
 using ir::OpKind;
 
-// Per element of a row: the expression loading tensor t at row index i.
-std::string load(int t, const ir::TensorType& type, int dim) {
-  return "static_cast<double>(vtpu_load(*reinterpret_cast<const " + std::string(storage_type(type.dtype)) +
+// Per element of a row: the expression loading tensor t at row index i, in
+// the compute type `ct`.
+std::string load(int t, const ir::TensorType& type, int dim, const std::string& ct) {
+  return "static_cast<" + ct + ">(vtpu_load(*reinterpret_cast<const " + std::string(storage_type(type.dtype)) +
          "*>(c.p[" + std::to_string(t) + "] + (off" + std::to_string(t) + " + i * c.strides[" + std::to_string(t) +
          "][" + std::to_string(dim) + "]) * " + std::to_string(ir::itemsize(type.dtype)) + ")))";
 }
@@ -39,6 +40,13 @@ GeneratedKernel emit_softmax(const ir::Graph& graph, const std::string& symbol) 
   const int num_inputs = static_cast<int>(graph.inputs().size());
   const ir::TensorType& x = graph.type(graph.inputs()[0]);
   const int rank = static_cast<int>(x.rank());
+  // A 0-dim softmax is a constant (1, or 0 for log_softmax): ATen's kernel
+  // handles it; not worth a kernel of its own.
+  if (rank == 0) throw Error(ErrorKind::kInvalidArgument, "[host codegen] softmax of a 0-dim tensor");
+  // ATen's 16-bit log_softmax rounds an intermediate we have not matched yet
+  // (results near 0 differ by an ulp of the input's magnitude): left to ATen.
+  if ((node.op == OpKind::LogSoftmax) && ir::compute_type(x.dtype) != x.dtype)
+    throw Error(ErrorKind::kInvalidArgument, "[host codegen] log_softmax of a 16-bit float tensor");
   const int dim = static_cast<int>(node.attrs.get_int("dim") < 0 ? node.attrs.get_int("dim") + rank
                                                                    : node.attrs.get_int("dim"));
   const std::string out_type = storage_type(node.type.dtype);
@@ -59,7 +67,11 @@ GeneratedKernel emit_softmax(const ir::Graph& graph, const std::string& symbol) 
     s << " }\n";
   }
   s << "    const int64_t n = c.sizes[" << dim << "];\n";
-  auto L = [&](int t, const ir::TensorType& type) { return load(t, type, dim); };
+  // Computed in the input's compute type (float for float32/bfloat16/float16),
+  // as ATen's CPU kernels do: a double computation would round 16-bit results
+  // differently from the CPU's.
+  const std::string ct = ir::compute_type(x.dtype) == ir::DType::kFloat64 ? "double" : "float";
+  auto L = [&](int t, const ir::TensorType& type) { return load(t, type, dim, ct); };
   const std::string store_prefix = "    for (int64_t i = 0; i < n; ++i) *reinterpret_cast<" + out_type +
                                    "*>(c.p[0] + (off0 + i * c.strides[0][" + std::to_string(dim) + "]) * " +
                                    std::to_string(ir::itemsize(node.type.dtype)) + ") = vtpu_store_t<" + out_type +
@@ -68,21 +80,25 @@ GeneratedKernel emit_softmax(const ir::Graph& graph, const std::string& symbol) 
     case OpKind::Softmax:
     case OpKind::LogSoftmax: {
       const std::string xi = L(1, x);
-      s << "    double mx = -INFINITY;\n    for (int64_t i = 0; i < n; ++i) mx = vtpu_max(mx, " << xi << ");\n"
-        << "    double sum = 0;\n    for (int64_t i = 0; i < n; ++i) sum += std::exp(" << xi << " - mx);\n";
-      if (node.op == OpKind::Softmax) s << store_prefix << "std::exp(" << xi << " - mx) / sum);\n";
-      else s << "    const double lse = mx + std::log(sum);\n" << store_prefix << xi << " - lse);\n";
+      s << "    " << ct << " mx = -INFINITY;\n    for (int64_t i = 0; i < n; ++i) mx = vtpu_max(mx, " << xi << ");\n"
+        << "    " << ct << " sum = 0;\n    for (int64_t i = 0; i < n; ++i) sum += std::exp(" << xi << " - mx);\n";
+      if (node.op == OpKind::Softmax) {
+        s << "    const " << ct << " scale = " << ct << "(1) / sum;\n" << store_prefix << "std::exp(" << xi
+          << " - mx) * scale);\n";
+      } else {
+        s << "    const " << ct << " log_sum = std::log(sum);\n" << store_prefix << xi << " - mx - log_sum);\n";
+      }
       break;
     }
     case OpKind::SoftmaxBackward: {
       const std::string g = L(1, x), y = L(2, graph.type(graph.inputs()[1]));
-      s << "    double dot = 0;\n    for (int64_t i = 0; i < n; ++i) dot += " << g << " * " << y << ";\n"
+      s << "    " << ct << " dot = 0;\n    for (int64_t i = 0; i < n; ++i) dot += " << g << " * " << y << ";\n"
         << store_prefix << y << " * (" << g << " - dot));\n";
       break;
     }
     default: {  // LogSoftmaxBackward
       const std::string g = L(1, x), y = L(2, graph.type(graph.inputs()[1]));
-      s << "    double sum = 0;\n    for (int64_t i = 0; i < n; ++i) sum += " << g << ";\n"
+      s << "    " << ct << " sum = 0;\n    for (int64_t i = 0; i < n; ++i) sum += " << g << ";\n"
         << store_prefix << g << " - std::exp(" << y << ") * sum);\n";
       break;
     }

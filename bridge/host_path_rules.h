@@ -1,0 +1,53 @@
+// What the host-kernel path knows about ATen's kernels beyond their schemas:
+// where meta and CPU kernels disagree about a result, and the ops it learnt
+// at run time to treat differently (no meta kernel, out= overloads that are no
+// drop-in, results whose shape the meta kernel gets wrong).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstddef>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
+namespace vtpu::bridge {
+
+using Stack = torch::jit::Stack;
+
+struct HostResult {
+  c10::ScalarType dtype;
+  bool empty;
+};
+
+// The dtype (and emptiness) result `result` of `op` must have so that the
+// device gives what ATen's CPU kernel gives; `meta_out` is the meta kernel's.
+HostResult host_result(const c10::OperatorHandle& op, std::size_t result, const at::Tensor& meta_out,
+                       const Stack& stack, std::size_t first);
+
+// A set of ops learnt at run time (thread-safe).
+class OpSet {
+ public:
+  bool contains(const c10::OperatorHandle& op);
+  void add(const c10::OperatorHandle& op);
+
+ private:
+  std::mutex mutex_;
+  std::unordered_set<const c10::FunctionSchema*> ops_;
+};
+
+// Ops known to lack a meta kernel: they go straight to the synchronous path.
+OpSet& no_meta_ops();
+// Ops whose out= overload is no drop-in for the functional op.
+OpSet& unusable_out_variants();
+// Ops whose meta kernel gives other result shapes than their CPU kernel.
+OpSet& meta_disagrees_with_cpu();
+
+// Raises (and remembers the op) when a CPU kernel produced another shape than promised.
+void check_fresh_geometry(const c10::OperatorHandle& op, const at::Tensor& promised, const at::Tensor& produced,
+                          const std::string& name);
+// Whether an error is a CPU kernel refusing to resize a device buffer.
+bool is_resize_refusal(const c10::Error& error);
+
+}  // namespace vtpu::bridge

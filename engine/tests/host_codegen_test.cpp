@@ -90,6 +90,12 @@ class HostCodegenTest : public ::testing::Test {
     add_case(OpKind::LogSoftmax, {strided(DType::kFloat32, {6, 4}, {1, 6})}, {{"dim", std::int64_t{1}}});
     add_case(OpKind::SoftmaxBackward, {f32, f32}, {{"dim", std::int64_t{1}}});
     add_case(OpKind::LogSoftmaxBackward, {f32, f32}, {{"dim", std::int64_t{1}}});
+    // Rows longer than the 32 reduction lanes, unit stride and strided.
+    add_case(OpKind::Softmax, {TensorType::contiguous(DType::kFloat32, {3, 100})}, {{"dim", std::int64_t{1}}});
+    add_case(OpKind::LogSoftmax, {strided(DType::kFloat32, {70, 3}, {1, 70})}, {{"dim", std::int64_t{0}}});
+    add_case(OpKind::SoftmaxBackward, {TensorType::contiguous(DType::kFloat32, {2, 77}),
+                                       TensorType::contiguous(DType::kFloat32, {2, 77})},
+             {{"dim", std::int64_t{1}}});
     // Dtypes: bf16/f16 compute in float32 and round on store; ints wrap like torch.
     for (DType dt : {DType::kBFloat16, DType::kFloat16, DType::kFloat64, DType::kInt32, DType::kInt64,
                      DType::kUInt8, DType::kBool}) {
@@ -272,6 +278,14 @@ TEST(HostCodegenReductions, MatchTheInterpreter) {
       {OpKind::Sum, TensorType::contiguous(DType::kInt64, {4, 6}), {1}, false},
       {OpKind::Sum, TensorType{DType::kFloat32, {5, 4}, {1, 5}}, {1}, false},  // transposed input
       {OpKind::Sum, TensorType::contiguous(DType::kFloat32, {0, 3}), {0}, false},  // empty reduction
+      // Beyond the 32 lanes: long rows (unit stride and strided) and columns
+      // wide enough for whole groups of neighbouring outputs.
+      {OpKind::Sum, TensorType::contiguous(DType::kFloat32, {3, 100}), {1}, false},
+      {OpKind::Amax, TensorType::contiguous(DType::kFloat32, {3, 100}), {-1}, true},
+      {OpKind::Mean, TensorType{DType::kFloat32, {5, 70}, {1, 5}}, {1}, false},
+      {OpKind::Sum, TensorType::contiguous(DType::kFloat32, {9, 70}), {0}, false},
+      {OpKind::Amin, TensorType::contiguous(DType::kBFloat16, {4, 3, 40}), {0, 1}, false},
+      {OpKind::Sum, TensorType::contiguous(DType::kInt64, {2, 50, 3}), {1}, false},
   };
   std::mt19937 rng(3);
   std::vector<Case> cases;

@@ -49,6 +49,7 @@ const char* compute_type_name(DType t) { return storage_type(ir::compute_type(t)
 // Helpers every kernel shares: half conversions with round-to-nearest-even,
 // and the few math functions whose torch semantics differ from <cmath>'s.
 constexpr const char* kPrelude = R"PRELUDE(
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -72,6 +73,24 @@ template <typename T> static inline T vtpu_max(T a, T b) { if constexpr (std::is
 template <typename T> static inline T vtpu_min(T a, T b) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; if (b != b) return b; } return a < b ? a : b; }
 template <typename T> static inline T vtpu_relu(T a) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; } return a > T(0) ? a : T(0); }
 template <typename T> static inline T vtpu_sign(T a) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return T(0); } return T((T(0) < a) - (a < T(0))); }
+// A reduction of value(0..n-1) in a fixed order that vectorises: element i
+// goes to lane i % 16, then lanes are combined pairwise. `init` must be the
+// combine's identity (the partial last group is padded with it). The order
+// depends only on n, so every caller and every loop shape gets the same bits.
+template <typename T, typename Value, typename Combine>
+static inline T vtpu_lanes_reduce(int64_t n, T init, Value value, Combine combine) {
+  constexpr int kLanes = 16;
+  T lanes[kLanes];
+  for (int l = 0; l < kLanes; ++l) lanes[l] = init;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(i + l));
+  if (i < n)
+    for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], i + l < n ? value(i + l) : init);
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) lanes[l] = combine(lanes[l], lanes[l + w]);
+  return lanes[0];
+}
 template <typename T> static inline T vtpu_floor_div(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) { return std::floor(a / b); }
   else { T q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) --q; return q; }
@@ -93,7 +112,6 @@ template <typename T> static inline T vtpu_pow(T a, T b) {
     return static_cast<T>(result);
   }
 }
-template <typename T> static inline T vtpu_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
 )PRELUDE";
 
 std::string number(double v) {
@@ -251,9 +269,9 @@ class Emitter {
       case OpKind::Cast: return a;
       case OpKind::Neg: return "-" + a;
       case OpKind::Abs: return floating ? "std::fabs(" + a + ")" : "(" + a + " < 0 ? -" + a + " : " + a + ")";
-      case OpKind::Exp: return "std::exp(" + a + ")";
+      case OpKind::Exp: return "vtpu_exp(" + a + ")";
       case OpKind::Exp2: return "std::exp2(" + a + ")";
-      case OpKind::Log: return "std::log(" + a + ")";
+      case OpKind::Log: return "vtpu_log(" + a + ")";
       case OpKind::Log2: return "std::log2(" + a + ")";
       case OpKind::Log10: return "std::log10(" + a + ")";
       case OpKind::Log1p: return "std::log1p(" + a + ")";
@@ -269,16 +287,16 @@ class Emitter {
       case OpKind::Atan: return "std::atan(" + a + ")";
       case OpKind::Sinh: return "std::sinh(" + a + ")";
       case OpKind::Cosh: return "std::cosh(" + a + ")";
-      case OpKind::Tanh: return "std::tanh(" + a + ")";
+      case OpKind::Tanh: return "vtpu_tanh(" + a + ")";
       case OpKind::Sigmoid: return "vtpu_sigmoid(" + a + ")";
       case OpKind::Relu: return "vtpu_relu(" + a + ")";
       case OpKind::Silu: return a + " * vtpu_sigmoid(" + a + ")";
-      case OpKind::Erf: return "std::erf(" + a + ")";
+      case OpKind::Erf: return "vtpu_erf(" + a + ")";
       case OpKind::Gelu:
         if (node.attrs.get_string("approximate", "none") == "tanh")
-          return T + "(0.5) * " + a + " * (" + T + "(1) + std::tanh(" + T + "(0.7978845608028654) * (" + a + " + " +
+          return T + "(0.5) * " + a + " * (" + T + "(1) + vtpu_tanh(" + T + "(0.7978845608028654) * (" + a + " + " +
                  T + "(0.044715) * " + a + " * " + a + " * " + a + ")))";
-        return a + " * " + T + "(0.5) * (" + T + "(1) + std::erf(" + a + " * " + T + "(0.7071067811865476)))";
+        return a + " * " + T + "(0.5) * (" + T + "(1) + vtpu_erf(" + a + " * " + T + "(0.7071067811865476)))";
       case OpKind::Floor: return floating ? "std::floor(" + a + ")" : a;
       case OpKind::Ceil: return floating ? "std::ceil(" + a + ")" : a;
       case OpKind::Round: return floating ? "std::nearbyint(" + a + ")" : a;
@@ -327,8 +345,8 @@ class Emitter {
         if (node.attrs.get_string("approximate", "none") != "none")
           throw Error(ErrorKind::kInvalidArgument, "[host codegen] gelu_backward with tanh approximation");
         // d/dx [x * Phi(x)] = Phi(x) + x * phi(x)
-        return a + " * (" + T + "(0.5) * (" + T + "(1) + std::erf(" + b + " * " + T + "(0.7071067811865476))) + " + b +
-               " * " + T + "(0.3989422804014327) * std::exp(" + T + "(-0.5) * " + b + " * " + b + "))";
+        return a + " * (" + T + "(0.5) * (" + T + "(1) + vtpu_erf(" + b + " * " + T + "(0.7071067811865476))) + " + b +
+               " * " + T + "(0.3989422804014327) * vtpu_exp(" + T + "(-0.5) * " + b + " * " + b + "))";
       case OpKind::SigmoidBackward: return a + " * (" + T + "(1) - " + b + ") * " + b;
       case OpKind::TanhBackward: return a + " * (" + T + "(1) - " + b + " * " + b + ")";
       case OpKind::SiluBackward:
@@ -385,7 +403,7 @@ GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& 
 }
 
 std::string host_translation_unit(const std::vector<GeneratedKernel>& kernels) {
-  std::string source = std::string(kLaunchAbiSource) + kPrelude;
+  std::string source = std::string(kLaunchAbiSource) + detail::kKernelMathSource + kPrelude;
   for (const auto& kernel : kernels) source += kernel.source;
   return source;
 }

@@ -8,6 +8,9 @@
 
 namespace vtpu::compiler::detail {
 
+// The text of kernel_math.h (vectorisable float math), embedded by CMake.
+extern const char* const kKernelMathSource;
+
 // Storage type of a dtype in generated code (16-bit floats are raw bits).
 const char* storage_type(ir::DType t);
 

@@ -8,6 +8,7 @@
 // elements; each output element's reduction runs in one thread, in a fixed
 // order, so results do not depend on the thread count.
 #include <sstream>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -47,56 +48,154 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
 
   const DType out_dtype = node.type.dtype;
   const bool floating = ir::is_floating(node.common_dtype) || ir::is_floating(in.dtype);
-  // Floats accumulate in double (close to a correctly rounded result; ATen's
-  // cascade sum in float is within an ulp or two of it), integers in int64.
-  const std::string acc = floating ? "double" : "int64_t";
-  std::string init, step;
+  // Sums and products of floats accumulate in double (close to a correctly
+  // rounded result; ATen's cascade sum in float is within an ulp or two of
+  // it), integers in int64; max and min are exact in the compute type.
+  const bool extremum = node.op == OpKind::Amax || node.op == OpKind::Amin;
+  const std::string acc = !floating ? "int64_t" : extremum ? storage_type(ir::compute_type(in.dtype)) : "double";
+  std::string init, combine;
   switch (node.op) {
     case OpKind::Sum:
-    case OpKind::Mean: init = acc + "(0)"; step = "acc = acc + x;"; break;
-    case OpKind::Prod: init = acc + "(1)"; step = "acc = acc * x;"; break;
+    case OpKind::Mean: init = acc + "(0)"; combine = "A = A + X;"; break;
+    case OpKind::Prod: init = acc + "(1)"; combine = "A = A * X;"; break;
     case OpKind::Amax:
       init = floating ? "-INFINITY" : "INT64_MIN";
-      step = "acc = vtpu_max(acc, x);";
+      combine = "A = vtpu_max(A, X);";
       break;
     default:
       init = floating ? "INFINITY" : "INT64_MAX";
-      step = "acc = vtpu_min(acc, x);";
+      combine = "A = vtpu_min(A, X);";
       break;
   }
+  auto step = [&](const std::string& a, const std::string& x) {
+    std::string text = combine;
+    text.replace(text.find('A'), 1, a);
+    text.replace(text.find('A'), 1, a);
+    text.replace(text.find('X'), 1, x);
+    return text;
+  };
+  const std::string in_t = storage_type(in.dtype);
+  auto load = [&](const std::string& index) {
+    return "static_cast<" + acc + ">(vtpu_load(in[" + index + "]))";
+  };
+  const std::string finish = node.op == OpKind::Mean ? " / static_cast<double>(c.count)" : "";
+  const std::string out_t = storage_type(out_dtype);
+
+  int last_reduced = -1;
+  for (int d = 0; d < rank; ++d)
+    if (reduced[static_cast<std::size_t>(d)]) last_reduced = d;
+  // Two loop shapes, chosen by the reduced-dims set (so fixed per kernel):
+  // - the innermost dim is reduced ("rows"): each output's innermost run goes
+  //   through vtpu_lanes_reduce (interleaved lanes, combined pairwise);
+  //   vectorises, and the order depends only on the sizes, not on strides or
+  //   threads;
+  // - the innermost dim is kept ("columns"): up to kLanes neighbouring
+  //   outputs along it are accumulated side by side, each in plain sequential
+  //   order; vectorises across outputs.
+  const bool rows = rank > 0 && last_reduced == rank - 1;
+  constexpr int kLanes = 32;
 
   std::ostringstream s;
   s << "namespace ns_" << symbol << " {\n"
     << "struct Context { char* out; const char* in; int64_t sizes[VTPU_MAX_RANK]; int64_t out_strides[VTPU_MAX_RANK];"
     << " int64_t in_strides[VTPU_MAX_RANK]; int64_t count; };\n"
+    << "constexpr int kLanes = " << kLanes << ";\n"
     << "void body(int64_t begin, int64_t end, void* raw) {\n"
     << "  const Context& c = *static_cast<const Context*>(raw);\n"
-    << "  for (int64_t o = begin; o < end; ++o) {\n"
-    << "    int64_t rest = o, in_off = 0, out_off = 0;\n";
-  for (int d = rank - 1; d >= 0; --d) {
-    if (reduced[static_cast<std::size_t>(d)]) continue;
-    s << "    { const int64_t i = rest % c.sizes[" << d << "]; rest /= c.sizes[" << d << "]; in_off += i * c.in_strides["
-      << d << "]; out_off += i * c.out_strides[" << d << "]; }\n";
+    << "  const " << in_t << "* in = reinterpret_cast<const " << in_t << "*>(c.in);\n"
+    << "  " << out_t << "* out = reinterpret_cast<" << out_t << "*>(c.out);\n";
+  // Output index -> coordinates of the kept dims -> input and output offsets.
+  auto emit_offsets = [&](const std::string& indent, const std::string& index) {
+    s << indent << "int64_t rest = " << index << ", in_off = 0, out_off = 0;\n";
+    for (int d = rank - 1; d >= 0; --d) {
+      if (reduced[static_cast<std::size_t>(d)]) continue;
+      s << indent << "int64_t k" << d << " = rest % c.sizes[" << d << "]; rest /= c.sizes[" << d
+        << "]; in_off += k" << d << " * c.in_strides[" << d << "]; out_off += k" << d << " * c.out_strides[" << d
+        << "];\n";
+    }
+  };
+  // Steps the kept-dims coordinates (and offsets) to the next output: an
+  // odometer, so that no output pays for integer divisions.
+  auto emit_advance = [&](const std::string& indent) {
+    s << indent << "do {\n";
+    for (int d = rank - 1; d >= 0; --d) {
+      if (reduced[static_cast<std::size_t>(d)]) continue;
+      const std::string k = "k" + std::to_string(d), ds = std::to_string(d);
+      s << indent << "  if (++" << k << " < c.sizes[" << ds << "]) { in_off += c.in_strides[" << ds
+        << "]; out_off += c.out_strides[" << ds << "]; break; }\n"
+        << indent << "  in_off -= (" << k << " - 1) * c.in_strides[" << ds << "]; out_off -= (" << k
+        << " - 1) * c.out_strides[" << ds << "]; " << k << " = 0;\n";
+    }
+    s << indent << "} while (false);\n";
+  };
+  // Opens the loops over the reduced dims (all of them, or all but the
+  // innermost); returns the input offset expression and the loop depth.
+  auto open_reduced_loops = [&](const std::string& indent, bool skip_last) {
+    std::string offset = "in_off";
+    int depth = 0;
+    for (int d = 0; d < rank; ++d) {
+      if (!reduced[static_cast<std::size_t>(d)] || (skip_last && d == last_reduced)) continue;
+      s << indent << std::string(2 * depth, ' ') << "for (int64_t r" << d << " = 0; r" << d << " < c.sizes[" << d
+        << "]; ++r" << d << ") {\n";
+      offset += " + r" + std::to_string(d) + " * c.in_strides[" + std::to_string(d) + "]";
+      ++depth;
+    }
+    return std::make_pair(offset, depth);
+  };
+  auto close_loops = [&](const std::string& indent, int depth) {
+    for (; depth > 0; --depth) s << indent << std::string(2 * (depth - 1), ' ') << "}\n";
+  };
+
+  if (rows) {
+    const std::string n = "c.sizes[" + std::to_string(last_reduced) + "]";
+    const std::string st = "c.in_strides[" + std::to_string(last_reduced) + "]";
+    emit_offsets("  ", "begin");
+    s << "  for (int64_t o = begin; o < end; ++o) {\n";
+    s << "    " << acc << " acc = " << init << ";\n";
+    auto [offset, depth] = open_reduced_loops("    ", true);
+    const std::string ind = "    " + std::string(2 * depth, ' ');
+    auto lanes = [&](const std::string& index) {
+      const std::string combine_ab = step("a", "b").substr(4);  // "a = a + b;" -> "a + b;"
+      return "vtpu_lanes_reduce<" + acc + ">(n, " + acc + "(" + init + "), [&](int64_t i) { return " + load(index) +
+             "; }, [](" + acc + " a, " + acc + " b) { return " + combine_ab + " })";
+    };
+    s << ind << "const int64_t base = " << offset << ", n = " << n << ", st = " << st << ";\n"
+      << ind << "const " << acc << " part = st == 1 ? " << lanes("base + i") << "\n"
+      << ind << "                        : " << lanes("base + i * st") << ";\n"
+      << ind << step("acc", "part") << "\n";
+    close_loops("    ", depth);
+    s << "    out[out_off] = vtpu_store_t<" << out_t << ">::of(acc" << finish << ");\n";
+    emit_advance("    ");
+    s << "  }\n";
+  } else {
+    // Columns (or a 0-dim input): groups of neighbouring outputs along the
+    // innermost dim, which is kept.
+    const int last = rank - 1;
+    const std::string inner_size = rank > 0 ? "c.sizes[" + std::to_string(last) + "]" : "1";
+    const std::string in_st = rank > 0 ? "c.in_strides[" + std::to_string(last) + "]" : "0";
+    const std::string out_st = rank > 0 ? "c.out_strides[" + std::to_string(last) + "]" : "0";
+    s << "  for (int64_t o = begin; o < end;) {\n";
+    emit_offsets("    ", "o");
+    const std::string k_last = rank > 0 ? "k" + std::to_string(last) : "0";
+    s << "    const int64_t group = std::min<int64_t>({(int64_t)kLanes, " << inner_size << " - " << k_last
+      << ", end - o});\n"
+      << "    const int64_t st = " << in_st << ";\n"
+      << "    " << acc << " lanes[kLanes];\n"
+      << "    for (int l = 0; l < kLanes; ++l) lanes[l] = " << init << ";\n";
+    auto [offset, depth] = open_reduced_loops("    ", false);
+    const std::string ind = "    " + std::string(2 * depth, ' ');
+    s << ind << "const int64_t base = " << offset << ";\n"
+      << ind << "if (group == kLanes && st == 1) {\n"
+      << ind << "  for (int l = 0; l < kLanes; ++l) " << step("lanes[l]", load("base + l")) << "\n"
+      << ind << "} else {\n"
+      << ind << "  for (int l = 0; l < group; ++l) " << step("lanes[l]", load("base + l * st")) << "\n"
+      << ind << "}\n";
+    close_loops("    ", depth);
+    s << "    for (int l = 0; l < group; ++l) out[out_off + l * " << out_st << "] = vtpu_store_t<" << out_t
+      << ">::of(lanes[l]" << finish << ");\n"
+      << "    o += group;\n  }\n";
   }
-  s << "    " << acc << " acc = " << init << ";\n";
-  std::string offset = "in_off";
-  int depth = 0;
-  for (int d = 0; d < rank; ++d) {
-    if (!reduced[static_cast<std::size_t>(d)]) continue;
-    s << std::string(4 + 2 * depth, ' ') << "for (int64_t r" << d << " = 0; r" << d << " < c.sizes[" << d << "]; ++r"
-      << d << ") {\n";
-    offset += " + r" + std::to_string(d) + " * c.in_strides[" + std::to_string(d) + "]";
-    ++depth;
-  }
-  s << std::string(4 + 2 * depth, ' ') << "const " << acc << " x = static_cast<" << acc
-    << ">(vtpu_load(*reinterpret_cast<const " << storage_type(in.dtype) << "*>(c.in + (" << offset << ") * "
-    << ir::itemsize(in.dtype) << ")));\n"
-    << std::string(4 + 2 * depth, ' ') << step << "\n";
-  for (; depth > 0; --depth) s << std::string(2 + 2 * depth, ' ') << "}\n";
-  if (node.op == OpKind::Mean) s << "    acc = acc / static_cast<double>(c.count);\n";
-  s << "    *reinterpret_cast<" << storage_type(out_dtype) << "*>(c.out + out_off * " << ir::itemsize(out_dtype)
-    << ") = vtpu_store_t<" << storage_type(out_dtype) << ">::of(acc);\n"
-    << "  }\n}\n}  // namespace ns_" << symbol << "\n";
+  s << "}\n}  // namespace ns_" << symbol << "\n";
 
   s << "extern \"C\" __attribute__((visibility(\"default\"))) void " << symbol
     << "(const struct VtpuLaunchArgs* args) {\n"

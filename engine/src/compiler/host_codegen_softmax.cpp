@@ -17,11 +17,12 @@ namespace {
 using ir::OpKind;
 
 // Per element of a row: the expression loading tensor t at row index i, in
-// the compute type `ct`.
-std::string load(int t, const ir::TensorType& type, int dim, const std::string& ct) {
-  return "static_cast<" + ct + ">(vtpu_load(*reinterpret_cast<const " + std::string(storage_type(type.dtype)) +
-         "*>(c.p[" + std::to_string(t) + "] + (off" + std::to_string(t) + " + i * c.strides[" + std::to_string(t) +
-         "][" + std::to_string(dim) + "]) * " + std::to_string(ir::itemsize(type.dtype)) + ")))";
+// the compute type `ct` (st<t> is the row stride: the constant 1 in the
+// unit-stride instantiation of the row function, which then vectorises).
+std::string load(int t, const ir::TensorType& type, const std::string& ct) {
+  const std::string ts = std::to_string(t);
+  return "static_cast<" + ct + ">(vtpu_load(reinterpret_cast<const " + std::string(storage_type(type.dtype)) +
+         "*>(c.p[" + ts + "])[off" + ts + " + i * st" + ts + "]))";
 }
 
 }  // namespace
@@ -55,54 +56,93 @@ GeneratedKernel emit_softmax(const ir::Graph& graph, const std::string& symbol) 
   std::ostringstream s;
   s << "namespace ns_" << symbol << " {\n"
     << "struct Context { char* p[" << tensors << "]; int64_t sizes[VTPU_MAX_RANK]; int64_t strides[" << tensors
-    << "][VTPU_MAX_RANK]; };\n"
-    << "void body(int64_t begin, int64_t end, void* raw) {\n"
-    << "  const Context& c = *static_cast<const Context*>(raw);\n";
-  s << "  for (int64_t row = begin; row < end; ++row) {\n    int64_t rest = row;\n";
-  for (int t = 0; t < tensors; ++t) s << "    int64_t off" << t << " = 0;\n";
-  for (int d = rank - 1; d >= 0; --d) {
-    if (d == dim) continue;
-    s << "    { const int64_t k = rest % c.sizes[" << d << "]; rest /= c.sizes[" << d << "];";
-    for (int t = 0; t < tensors; ++t) s << " off" << t << " += k * c.strides[" << t << "][" << d << "];";
-    s << " }\n";
-  }
-  s << "    const int64_t n = c.sizes[" << dim << "];\n";
+    << "][VTPU_MAX_RANK]; };\n";
+  // One row; instantiated for unit row strides (vectorised) and any strides.
+  // Row sums and the max use vtpu_lanes_reduce's fixed interleaved order, so
+  // both instantiations give the same bits.
+  s << "template <bool kUnit> inline void row(const Context& c";
+  for (int t = 0; t < tensors; ++t) s << ", int64_t off" << t;
+  s << ") {\n    const int64_t n = c.sizes[" << dim << "];\n";
+  for (int t = 0; t < tensors; ++t)
+    s << "    const int64_t st" << t << " = kUnit ? 1 : c.strides[" << t << "][" << dim << "];\n";
   // Computed in the input's compute type (float for float32/bfloat16/float16),
   // as ATen's CPU kernels do: a double computation would round 16-bit results
   // differently from the CPU's.
   const std::string ct = ir::compute_type(x.dtype) == ir::DType::kFloat64 ? "double" : "float";
-  auto L = [&](int t, const ir::TensorType& type) { return load(t, type, dim, ct); };
-  const std::string store_prefix = "    for (int64_t i = 0; i < n; ++i) *reinterpret_cast<" + out_type +
-                                   "*>(c.p[0] + (off0 + i * c.strides[0][" + std::to_string(dim) + "]) * " +
-                                   std::to_string(ir::itemsize(node.type.dtype)) + ") = vtpu_store_t<" + out_type +
-                                   ">::of(";
+  auto L = [&](int t, const ir::TensorType& type) { return load(t, type, ct); };
+  const std::string store_prefix = "    for (int64_t i = 0; i < n; ++i) reinterpret_cast<" + out_type +
+                                   "*>(c.p[0])[off0 + i * st0] = vtpu_store_t<" + out_type + ">::of(";
+  auto lanes = [&](const std::string& init, const std::string& value, const std::string& combine) {
+    return "vtpu_lanes_reduce<" + ct + ">(n, " + ct + "(" + init + "), [&](int64_t i) { return " + value +
+           "; }, [](" + ct + " a, " + ct + " b) { return " + combine + "; })";
+  };
   switch (node.op) {
     case OpKind::Softmax:
     case OpKind::LogSoftmax: {
       const std::string xi = L(1, x);
-      s << "    " << ct << " mx = -INFINITY;\n    for (int64_t i = 0; i < n; ++i) mx = vtpu_max(mx, " << xi << ");\n"
-        << "    " << ct << " sum = 0;\n    for (int64_t i = 0; i < n; ++i) sum += std::exp(" << xi << " - mx);\n";
+      s << "    const " << ct << " mx = " << lanes("-INFINITY", xi, "vtpu_max(a, b)") << ";\n";
+      if (node.op == OpKind::Softmax && out_type == ct) {
+        // The output holds exp(x - max) until it is scaled: one exp per
+        // element, and the same bits as recomputing it.
+        const std::string out_i = "reinterpret_cast<" + out_type + "*>(c.p[0])[off0 + i * st0]";
+        s << "    const " << ct << " sum = "
+          << lanes("0", "(" + out_i + " = vtpu_exp(" + xi + " - mx))", "a + b") << ";\n"
+          << "    const " << ct << " scale = " << ct << "(1) / sum;\n"
+          << "    for (int64_t i = 0; i < n; ++i) " << out_i << " = " << out_i << " * scale;\n";
+        break;
+      }
+      s << "    const " << ct << " sum = " << lanes("0", "vtpu_exp(" + xi + " - mx)", "a + b") << ";\n";
       if (node.op == OpKind::Softmax) {
-        s << "    const " << ct << " scale = " << ct << "(1) / sum;\n" << store_prefix << "std::exp(" << xi
+        s << "    const " << ct << " scale = " << ct << "(1) / sum;\n" << store_prefix << "vtpu_exp(" << xi
           << " - mx) * scale);\n";
       } else {
-        s << "    const " << ct << " log_sum = std::log(sum);\n" << store_prefix << xi << " - mx - log_sum);\n";
+        s << "    const " << ct << " log_sum = vtpu_log(sum);\n" << store_prefix << xi << " - mx - log_sum);\n";
       }
       break;
     }
     case OpKind::SoftmaxBackward: {
       const std::string g = L(1, x), y = L(2, graph.type(graph.inputs()[1]));
-      s << "    " << ct << " dot = 0;\n    for (int64_t i = 0; i < n; ++i) dot += " << g << " * " << y << ";\n"
+      s << "    const " << ct << " dot = " << lanes("0", g + " * " + y, "a + b") << ";\n"
         << store_prefix << y << " * (" << g << " - dot));\n";
       break;
     }
     default: {  // LogSoftmaxBackward
       const std::string g = L(1, x), y = L(2, graph.type(graph.inputs()[1]));
-      s << "    " << ct << " sum = 0;\n    for (int64_t i = 0; i < n; ++i) sum += " << g << ";\n"
-        << store_prefix << g << " - std::exp(" << y << ") * sum);\n";
+      s << "    const " << ct << " sum = " << lanes("0", g, "a + b") << ";\n"
+        << store_prefix << g << " - vtpu_exp(" << y << ") * sum);\n";
       break;
     }
   }
+  s << "}\n";
+
+  s << "void body(int64_t begin, int64_t end, void* raw) {\n"
+    << "  const Context& c = *static_cast<const Context*>(raw);\n"
+    << "  const bool unit = true";
+  for (int t = 0; t < tensors; ++t) s << " && c.strides[" << t << "][" << dim << "] == 1";
+  // Offsets of the first row by division, then an odometer over the other dims.
+  s << ";\n  int64_t rest = begin;\n";
+  for (int t = 0; t < tensors; ++t) s << "  int64_t off" << t << " = 0;\n";
+  for (int d = rank - 1; d >= 0; --d) {
+    if (d == dim) continue;
+    s << "  int64_t k" << d << " = rest % c.sizes[" << d << "]; rest /= c.sizes[" << d << "];";
+    for (int t = 0; t < tensors; ++t) s << " off" << t << " += k" << d << " * c.strides[" << t << "][" << d << "];";
+    s << "\n";
+  }
+  std::string offsets;
+  for (int t = 0; t < tensors; ++t) offsets += ", off" + std::to_string(t);
+  s << "  for (int64_t r = begin; r < end; ++r) {\n"
+    << "    if (unit) row<true>(c" << offsets << ");\n    else row<false>(c" << offsets << ");\n"
+    << "    do {\n";
+  for (int d = rank - 1; d >= 0; --d) {
+    if (d == dim) continue;
+    const std::string k = "k" + std::to_string(d), ds = std::to_string(d);
+    s << "      if (++" << k << " < c.sizes[" << ds << "]) {";
+    for (int t = 0; t < tensors; ++t) s << " off" << t << " += c.strides[" << t << "][" << ds << "];";
+    s << " break; }\n      ";
+    for (int t = 0; t < tensors; ++t) s << "off" << t << " -= (" << k << " - 1) * c.strides[" << t << "][" << ds << "]; ";
+    s << k << " = 0;\n";
+  }
+  s << "    } while (false);\n";
   s << "  }\n}\n}  // namespace ns_" << symbol << "\n";
 
   s << "extern \"C\" __attribute__((visibility(\"default\"))) void " << symbol

@@ -1,0 +1,111 @@
+// Accuracy of the generated kernels' float math (kernel_math.h) against the
+// C library's double precision result, in ulps of the float result, over a
+// dense sample of all float bit patterns plus the special values.
+#include "../src/compiler/kernel_math.h"
+
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace {
+
+float from_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// Error of `got` in units of the last place of the correctly rounded result.
+double ulp_error(float got, double exact) {
+  if (std::isnan(exact)) return std::isnan(got) ? 0.0 : INFINITY;
+  const float rounded = static_cast<float>(exact);
+  if (std::isinf(rounded)) return got == rounded ? 0.0 : INFINITY;
+  double ulp = std::nextafter(std::fabs(rounded), INFINITY) - std::fabs(rounded);
+  if (std::fabs(rounded) < FLT_MIN) ulp = std::ldexp(1.0, -149);  // subnormal spacing
+  return std::fabs(static_cast<double>(got) - exact) / ulp;
+}
+
+template <typename F, typename Exact>
+double worst_error(F f, Exact exact, float lo, float hi) {
+  double worst = 0.0;
+  // A stride coprime with 2^32 visits every exponent and many mantissas.
+  for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 251) {
+    const float x = from_bits(static_cast<uint32_t>(bits));
+    if (!(x >= lo && x <= hi)) continue;
+    worst = std::max(worst, ulp_error(f(x), exact(static_cast<double>(x))));
+  }
+  return worst;
+}
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+TEST(KernelMath, ExpWithinOneUlp) {
+  EXPECT_LE(worst_error([](float x) { return vtpu_exp(x); }, [](double x) { return std::exp(x); }, -kInf, kInf),
+            1.05);
+}
+
+TEST(KernelMath, LogWithinOneUlp) {
+  EXPECT_LE(worst_error([](float x) { return vtpu_log(x); }, [](double x) { return std::log(x); }, 0.0f, kInf), 1.0);
+}
+
+TEST(KernelMath, TanhWithinTwoUlp) {
+  EXPECT_LE(worst_error([](float x) { return vtpu_tanh(x); }, [](double x) { return std::tanh(x); }, -kInf, kInf),
+            2.0);
+}
+
+TEST(KernelMath, SigmoidWithinTwoAndAHalfUlp) {
+  // Below -87 e^-x overflows float and the result flushes to 0, as in ATen's
+  // vectorised 1 / (1 + exp(-x)).
+  EXPECT_LE(worst_error([](float x) { return vtpu_sigmoid(x); },
+                        [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, -87.0f, kInf),
+            2.5);
+}
+
+TEST(KernelMath, ErfWithinTwoUlp) {
+  EXPECT_LE(worst_error([](float x) { return vtpu_erf(x); }, [](double x) { return std::erf(x); }, -kInf, kInf),
+            2.0);
+}
+
+TEST(KernelMath, SpecialValues) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(vtpu_exp(nan)));
+  EXPECT_EQ(vtpu_exp(kInf), kInf);
+  EXPECT_EQ(vtpu_exp(-kInf), 0.0f);
+  EXPECT_EQ(vtpu_exp(0.0f), 1.0f);
+  EXPECT_EQ(vtpu_exp(100.0f), kInf);
+  EXPECT_GT(vtpu_exp(-100.0f), 0.0f);  // subnormal, not flushed
+
+  EXPECT_TRUE(std::isnan(vtpu_log(nan)));
+  EXPECT_TRUE(std::isnan(vtpu_log(-1.0f)));
+  EXPECT_EQ(vtpu_log(0.0f), -kInf);
+  EXPECT_EQ(vtpu_log(-0.0f), -kInf);
+  EXPECT_EQ(vtpu_log(kInf), kInf);
+  EXPECT_EQ(vtpu_log(1.0f), 0.0f);
+  EXPECT_NEAR(vtpu_log(1e-45f), std::log(static_cast<double>(1e-45f)), 1e-5);  // smallest subnormal
+
+  EXPECT_TRUE(std::isnan(vtpu_tanh(nan)));
+  EXPECT_EQ(vtpu_tanh(kInf), 1.0f);
+  EXPECT_EQ(vtpu_tanh(-kInf), -1.0f);
+  EXPECT_TRUE(std::signbit(vtpu_tanh(-0.0f)));
+
+  EXPECT_TRUE(std::isnan(vtpu_sigmoid(nan)));
+  EXPECT_EQ(vtpu_sigmoid(kInf), 1.0f);
+  EXPECT_EQ(vtpu_sigmoid(-kInf), 0.0f);
+
+  EXPECT_TRUE(std::isnan(vtpu_erf(nan)));
+  EXPECT_EQ(vtpu_erf(kInf), 1.0f);
+  EXPECT_EQ(vtpu_erf(-kInf), -1.0f);
+  EXPECT_TRUE(std::signbit(vtpu_erf(-0.0f)));
+}
+
+// Double precision goes to the C library unchanged.
+TEST(KernelMath, DoubleUsesTheCLibrary) {
+  EXPECT_EQ(vtpu_exp(0.5), std::exp(0.5));
+  EXPECT_EQ(vtpu_tanh(0.5), std::tanh(0.5));
+  EXPECT_EQ(vtpu_erf(0.5), std::erf(0.5));
+}
+
+}  // namespace

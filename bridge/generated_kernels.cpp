@@ -87,12 +87,12 @@ void aten_parallel_for(std::int64_t total, std::int64_t grain, compiler::VtpuPar
 
 // Queues the kernel; device pointers are resolved when it runs (storages
 // are kept alive by the task).
-void enqueue(compiler::VtpuKernelFn fn, std::int64_t rank, std::vector<KernelTensor> tensors,
+void enqueue(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t rank, std::vector<KernelTensor> tensors,
              std::vector<double> scalars = {}) {
   DeviceContext& context = DeviceContext::get();
   context.metrics().count_op();
   ++g_launches;
-  context.launch([fn, rank, tensors = std::move(tensors), scalars = std::move(scalars)]() {
+  context.launch([fn, op, rank, tensors = std::move(tensors), scalars = std::move(scalars)]() {
     std::vector<compiler::VtpuTensorArg> args;
     args.reserve(tensors.size());
     for (const auto& t : tensors) {
@@ -100,10 +100,14 @@ void enqueue(compiler::VtpuKernelFn fn, std::int64_t rank, std::vector<KernelTen
       arg.data = static_cast<char*>(t.storage.unsafeGetStorageImpl()->mutable_data()) + t.byte_offset;
       args.push_back(arg);
     }
+    compiler::VtpuKernelStatus status{};
     compiler::VtpuLaunchArgs launch{compiler::kLaunchAbiVersion, static_cast<std::int32_t>(rank),
                                     static_cast<std::int32_t>(args.size()), args.data(), scalars.data(),
-                                    &aten_parallel_for, nullptr};
+                                    &aten_parallel_for, nullptr, &status};
     fn(&launch);
+    // The kernel skipped the bad elements; the error is ATen's for the same input.
+    TORCH_CHECK_INDEX(status.code == compiler::kVtpuOk, "[", ir::name(op), "] index ", status.value,
+                      " is out of bounds for dimension ", status.dim, " with size ", status.bound);
   });
 }
 
@@ -170,7 +174,7 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
   std::vector<KernelTensor> tensors;
   tensors.push_back(kernel_tensor(out, out.sizes()));
   for (const at::Tensor& t : device_inputs) tensors.push_back(kernel_tensor(t, out.sizes()));
-  enqueue(fn, out.dim(), std::move(tensors), std::move(scalars));
+  enqueue(fn, op, out.dim(), std::move(tensors), std::move(scalars));
   return true;
 }
 
@@ -211,7 +215,7 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
   std::vector<KernelTensor> tensors;
   tensors.push_back(std::move(out_tensor));
   tensors.push_back(kernel_tensor(input, input.sizes()));
-  enqueue(fn, rank, std::move(tensors));
+  enqueue(fn, op, rank, std::move(tensors));
   return true;
 }
 

@@ -1,8 +1,10 @@
 #include "generated_lowering.h"
 
 #include <ATen/ATen.h>
+#include <ATen/native/TypeProperties.h>
 
 #include <functional>
+#include <limits>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -22,8 +24,13 @@ struct Lowering {
   std::function<ir::Attributes(Args)> attributes;
   bool reduction = false;  // operands = {self}; dims at 1, keepdim at 2
   // Functional (no out argument): the result is allocated here with the
-  // first operand's shape and dtype; in place: the first operand is the result.
-  enum class Result { kOutArgument, kFresh, kInPlace } result = Result::kOutArgument;
+  // first operand's shape and dtype (kFresh) or with the broadcast shape and
+  // the promoted dtype of the operands from `promote_from` on
+  // (kFreshBroadcast); in place: the first operand is the result.
+  enum class Result { kOutArgument, kFresh, kFreshBroadcast, kInPlace } result = Result::kOutArgument;
+  int promote_from = 0;
+  // Extra operand conditions (dtype restrictions); empty accepts all.
+  std::function<bool(const std::vector<at::Tensor>&)> accepts;
 };
 
 ir::Attributes none(Args) { return {}; }
@@ -71,6 +78,10 @@ const std::unordered_map<std::string, Lowering>& table() {
     t->emplace("aten::gelu_backward.grad_input",
                Lowering{OpKind::GeluBackward, {0, 1}, [](Args a) { return ir::Attributes{{"approximate", a[2].toStringRef()}}; }});
     t->emplace("aten::where.self_out", Lowering{OpKind::Where, {0, 1, 2}, none});
+    t->emplace("aten::where.self",
+               Lowering{OpKind::Where, {0, 1, 2}, none, false, Lowering::Result::kFreshBroadcast, 1});
+    // isneginf(x) = (x == -inf), false for integers by promotion.
+    t->emplace("aten::isneginf.out", Lowering{OpKind::Eq, {0, -1}, none});
     t->emplace("aten::relu", Lowering{OpKind::Relu, {0}, none, false, Lowering::Result::kFresh});
     t->emplace("aten::relu_", Lowering{OpKind::Relu, {0}, none, false, Lowering::Result::kInPlace});
     // The optimizers' arithmetic (foreach AdamW/SGD decompose into these).
@@ -92,6 +103,14 @@ const std::unordered_map<std::string, Lowering>& table() {
                                                          {"aten::amax.out", OpKind::Amax},
                                                          {"aten::amin.out", OpKind::Amin}};
     for (const auto& [name, kind] : reductions) t->emplace(name, Lowering{kind, {0}, none, true});
+    // all(dim) of a bool tensor is its minimum (other dtypes differ on NaN).
+    const auto bool_operand = [](const std::vector<at::Tensor>& operands) {
+      return operands[0].scalar_type() == at::kBool;
+    };
+    t->emplace("aten::all.out",
+               Lowering{OpKind::Amin, {0}, none, true, Lowering::Result::kOutArgument, 0, bool_operand});
+    t->emplace("aten::all.dims_out",
+               Lowering{OpKind::Amin, {0}, none, true, Lowering::Result::kOutArgument, 0, bool_operand});
     return t;
   }();
   return *lowerings;
@@ -110,11 +129,16 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
   const Args args(stack->data() + (stack->size() - num_args), num_args);
   std::vector<at::Tensor> operands;
   for (int position : lowering.operands) {
+    if (position == -1) {  // the constant -inf (isneginf)
+      operands.push_back(wrapped(c10::Scalar(-std::numeric_limits<double>::infinity())));
+      continue;
+    }
     const c10::IValue& arg = args[static_cast<std::size_t>(position)];
     if (arg.isTensor()) operands.push_back(arg.toTensor());
     else if (arg.isScalar()) operands.push_back(wrapped(arg.toScalar()));
     else return false;
   }
+  if (lowering.accepts && !lowering.accepts(operands)) return false;
   at::Tensor out;
   switch (lowering.result) {
     case Lowering::Result::kOutArgument:  // the last argument for every such op in the table
@@ -125,6 +149,16 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
       if (operands[0].device().type() != kVtpu) return false;
       out = empty_device(operands[0].sizes(), operands[0].scalar_type());
       break;
+    case Lowering::Result::kFreshBroadcast: {
+      if (operands[0].device().type() != kVtpu) return false;
+      std::vector<std::int64_t> sizes = operands[0].sizes().vec();
+      for (const at::Tensor& t : operands) sizes = at::infer_size(sizes, t.sizes());
+      at::native::ResultTypeState state{};
+      for (std::size_t i = static_cast<std::size_t>(lowering.promote_from); i < operands.size(); ++i)
+        state = at::native::update_result_type_state(operands[i], state);
+      out = empty_device(sizes, at::native::result_type(state));
+      break;
+    }
     case Lowering::Result::kInPlace:
       out = operands[0];
       break;
@@ -138,6 +172,7 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
   if (lowering.reduction) {
     std::vector<std::int64_t> dims;
     if (args[1].isIntList()) dims = args[1].toIntVector();
+    else if (args[1].isInt()) dims = {args[1].toInt()};
     else if (!args[1].isNone()) return false;
     if (!args[2].isBool()) return false;
     // sum/mean take an optional dtype: only the no-conversion case is lowered.

@@ -53,6 +53,12 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   return empty_device_strided(size, stride, dtype.value_or(at::get_default_dtype_as_scalartype()));
 }
 
+// A view with the given geometry (what reshape asks for when the strides
+// allow it): metadata only, like as_strided at the current offset.
+at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::native::as_strided_tensorimpl(self, size, stride, self.storage_offset());
+}
+
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<int64_t> storage_offset) {
   return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
@@ -276,6 +282,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty_strided", TORCH_FN(empty_strided));
   m.impl("as_strided", TORCH_FN(as_strided));
   m.impl("view", TORCH_FN(view));
+  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
   m.impl("resize_", TORCH_FN(resize_));
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));

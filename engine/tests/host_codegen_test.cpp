@@ -196,7 +196,7 @@ std::vector<ir::Buffer> launch(const Case& c, VtpuParallelFor parallel_for) {
   for (auto& b : inputs) args.push_back(tensor_arg(b, out_sizes));
   VtpuLaunchArgs launch_args{kLaunchAbiVersion, static_cast<std::int32_t>(out_sizes.size()),
                              static_cast<std::int32_t>(args.size()), args.data(), c.scalars.data(),
-                             parallel_for, nullptr};
+                             parallel_for, nullptr, nullptr};
   HostCodegenTest::library()->get(c.symbol)(&launch_args);
   return outputs;
 }
@@ -324,7 +324,7 @@ TEST(HostCodegenReductions, MatchTheInterpreter) {
         args[0].strides[d] = out_type.strides[out_dim++];
       }
     }
-    VtpuLaunchArgs launch{kLaunchAbiVersion, static_cast<std::int32_t>(rank), 2, args, nullptr, &threaded_for, nullptr};
+    VtpuLaunchArgs launch{kLaunchAbiVersion, static_cast<std::int32_t>(rank), 2, args, nullptr, &threaded_for, nullptr, nullptr};
     library.get(c.symbol)(&launch);
     expect_matches_interpreter(c, {out});
   }

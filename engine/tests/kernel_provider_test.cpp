@@ -42,7 +42,7 @@ void run_add(VtpuKernelFn fn, std::vector<float>& out, std::vector<float>& a, st
     args[t].sizes[0] = static_cast<std::int64_t>(out.size());
     args[t].strides[0] = 1;
   }
-  VtpuLaunchArgs launch{kLaunchAbiVersion, 1, 3, args, nullptr, nullptr, nullptr};
+  VtpuLaunchArgs launch{kLaunchAbiVersion, 1, 3, args, nullptr, nullptr, nullptr, nullptr};
   fn(&launch);
 }
 

@@ -3,7 +3,11 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
+#include <dlfcn.h>
+
 #include <atomic>
+#include <filesystem>
+#include <string>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -36,16 +40,40 @@ std::optional<ir::DType> to_ir(c10::ScalarType t) {
   }
 }
 
+// The ahead-of-time kernel library installed beside this module (the
+// package's libvtpu_kernels.so); VTPU_AOT_KERNELS=0 leaves it out, so every
+// kernel comes from the cache or the compiler.
+std::optional<std::string> aot_library_path() {
+  if (const char* env = std::getenv("VTPU_AOT_KERNELS"); env != nullptr && std::string(env) == "0")
+    return std::nullopt;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&aot_library_path), &info) == 0 || info.dli_fname == nullptr)
+    return std::nullopt;
+  const auto path = std::filesystem::path(info.dli_fname).parent_path() / "libvtpu_kernels.so";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  return path.string();
+}
+
 compiler::KernelProvider* provider() {
   // Built on first use; nullptr when the cache cannot be set up (then every
   // op stays on ATen's kernels, with one warning).
   static compiler::KernelProvider* instance = []() -> compiler::KernelProvider* {
+    compiler::KernelProvider* created = nullptr;
     try {
-      return new compiler::KernelProvider(cache::CompileCache::from_env());
+      created = new compiler::KernelProvider(cache::CompileCache::from_env());
     } catch (const std::exception& e) {
       TORCH_WARN("vtpu: generated kernels disabled: ", e.what());
       return nullptr;
     }
+    if (const auto path = aot_library_path()) {
+      try {
+        created->attach_aot(std::make_shared<compiler::KernelLibrary>(compiler::KernelLibrary::open(*path)));
+      } catch (const std::exception& e) {
+        // Not fatal: the kernels compile at run time instead.
+        TORCH_WARN("vtpu: ahead-of-time kernel library not used (", *path, "): ", e.what());
+      }
+    }
+    return created;
   }();
   return instance;
 }
@@ -75,6 +103,16 @@ KernelTensor kernel_tensor(const at::Tensor& t, c10::IntArrayRef out_sizes) {
       k.arg.strides[d] = (t.size(src) == 1 && out_sizes[d] != 1) ? 0 : t.stride(src);
     }
   }
+  return k;
+}
+
+// A contiguous tensor as one dimension of all its elements.
+KernelTensor flat_kernel_tensor(const at::Tensor& t) {
+  KernelTensor k;
+  k.storage = t.storage();
+  k.byte_offset = t.storage_offset() * static_cast<std::int64_t>(t.itemsize());
+  k.arg.sizes[0] = t.numel();
+  k.arg.strides[0] = 1;
   return k;
 }
 
@@ -116,11 +154,14 @@ void enqueue(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t rank, std::v
 // is outside the generator's set, the IR's inferred result disagrees with
 // ATen's `out` (then it is not the same op), or the kernel cannot be built.
 // ATen's kernel then runs instead, so no result is lost.
+// `sizes` is the iteration shape the graph must produce (out's, or its flat
+// element count).
 template <typename AddResult>
-compiler::VtpuKernelFn resolve_kernel(ir::Graph& graph, const at::Tensor& out, AddResult add_result) {
+compiler::VtpuKernelFn resolve_kernel(ir::Graph& graph, const at::Tensor& out, c10::IntArrayRef sizes,
+                                      AddResult add_result) {
   try {
     const ir::ValueId result = add_result();
-    if (graph.type(result).dtype != *to_ir(out.scalar_type()) || graph.type(result).sizes != out.sizes().vec())
+    if (graph.type(result).dtype != *to_ir(out.scalar_type()) || graph.type(result).sizes != sizes.vec())
       return nullptr;
     graph.mark_output(result);
     compiler::KernelProvider* kernels = provider();
@@ -135,8 +176,9 @@ compiler::VtpuKernelFn resolve_kernel(ir::Graph& graph, const at::Tensor& out, A
 
 bool generated_kernels_enabled() {
   static const bool enabled = [] {
+    // On by default; VTPU_GENERATED_KERNELS=0 runs ATen's CPU kernels instead.
     const char* env = std::getenv("VTPU_GENERATED_KERNELS");
-    return env != nullptr && std::string(env) == "1";
+    return env == nullptr || std::string(env) != "0";
   }();
   return enabled;
 }
@@ -144,6 +186,13 @@ bool generated_kernels_enabled() {
 bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Tensor> inputs,
                       const ir::Attributes& attrs) {
   if (out.dim() > compiler::kMaxRank || !to_ir(out.scalar_type())) return false;
+  // When an elementwise op's tensors are all contiguous with the output's
+  // shape the launch is one flat dimension: the kernel needs only the element count, so one kernel
+  // serves every rank (the ahead-of-time library holds these).
+  bool flat = ir::is_elementwise(op) && out.dim() > 1 && out.is_contiguous();
+  for (const at::Tensor& t : inputs)
+    if (t.device().type() == kVtpu) flat = flat && t.is_contiguous() && t.sizes() == out.sizes();
+  const std::vector<std::int64_t> iter_sizes = flat ? std::vector<std::int64_t>{out.numel()} : out.sizes().vec();
   ir::Graph graph;
   std::vector<ir::ValueId> ids;
   std::vector<at::Tensor> device_inputs;
@@ -152,7 +201,8 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
     const auto dtype = to_ir(t.scalar_type());
     if (!dtype || t.is_conj() || t.is_neg()) return false;
     if (t.device().type() == kVtpu) {
-      ids.push_back(graph.add_input(ir::TensorType{*dtype, t.sizes().vec(), t.strides().vec()}));
+      ids.push_back(graph.add_input(flat ? ir::TensorType{*dtype, iter_sizes, {1}}
+                                         : ir::TensorType{*dtype, t.sizes().vec(), t.strides().vec()}));
       device_inputs.push_back(t);
     } else if (t.device().is_cpu() && t.dim() == 0 && t.unsafeGetTensorImpl()->is_wrapped_number()) {
       // A Python scalar: a Constant node (same promotion rules), its value
@@ -168,13 +218,14 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
     }
   }
   const compiler::VtpuKernelFn fn =
-      resolve_kernel(graph, out, [&] { return graph.add_node(op, ids, attrs); });
+      resolve_kernel(graph, out, iter_sizes, [&] { return graph.add_node(op, ids, attrs); });
   if (fn == nullptr) return false;
 
   std::vector<KernelTensor> tensors;
-  tensors.push_back(kernel_tensor(out, out.sizes()));
-  for (const at::Tensor& t : device_inputs) tensors.push_back(kernel_tensor(t, out.sizes()));
-  enqueue(fn, op, out.dim(), std::move(tensors), std::move(scalars));
+  tensors.push_back(flat ? flat_kernel_tensor(out) : kernel_tensor(out, out.sizes()));
+  for (const at::Tensor& t : device_inputs)
+    tensors.push_back(flat ? flat_kernel_tensor(t) : kernel_tensor(t, out.sizes()));
+  enqueue(fn, op, static_cast<std::int64_t>(iter_sizes.size()), std::move(tensors), std::move(scalars));
   return true;
 }
 
@@ -191,7 +242,7 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
     reduced[static_cast<std::size_t>(d < 0 ? d + rank : d)] = true;
   }
   ir::Graph graph;
-  const compiler::VtpuKernelFn fn = resolve_kernel(graph, out, [&] {
+  const compiler::VtpuKernelFn fn = resolve_kernel(graph, out, out.sizes(), [&] {
     const ir::ValueId x = graph.add_input(ir::TensorType{*in_dtype, input.sizes().vec(), input.strides().vec()});
     ir::Attributes attrs{{"dims", dims}, {"keepdim", keepdim}};
     if (out.scalar_type() != input.scalar_type()) attrs.set("dtype", *to_ir(out.scalar_type()));
@@ -230,7 +281,7 @@ GeneratedKernelStats generated_kernel_stats() {
   s.compile_seconds = p.compile_seconds;
   const auto c = kernels->cache_stats();
   s.cache_misses = c.misses;
-  s.cache_hits = {{"memory", p.memory_hits + c.hits_in("memory")}, {"disk", c.hits_in("disk")}};
+  s.cache_hits = {{"memory", p.memory_hits + c.hits_in("memory")}, {"disk", c.hits_in("disk")}, {"aot", p.aot_hits}};
   return s;
 }
 

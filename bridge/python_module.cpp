@@ -43,7 +43,7 @@ py::dict metrics_dict() {
   d["compiles"] = now.compiles - base.compiles;
   d["compile_seconds"] = now.compile_seconds - base.compile_seconds;
   py::dict hits;
-  for (const char* tier : {"memory", "disk", "shared"}) {
+  for (const char* tier : {"memory", "disk", "shared", "aot"}) {
     const auto get = [&](const GeneratedKernelStats& g) {
       auto it = g.cache_hits.find(tier);
       return it == g.cache_hits.end() ? std::uint64_t{0} : it->second;

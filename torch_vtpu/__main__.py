@@ -82,7 +82,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
         print(f"bytes        {size} ({_format_bytes(size)})")
         if entries == 0:
             # Generated kernels are opt-in until the ahead-of-time library lands.
-            print("note         empty: kernels are generated (and cached) with VTPU_GENERATED_KERNELS=1")
+            print("note         empty: kernels outside the ahead-of-time library are cached here on first use")
         if os.environ.get("VTPU_SHARED_CACHE"):
             print("shared tier  configured (VTPU_SHARED_CACHE); not inspected by this command")
         return 0

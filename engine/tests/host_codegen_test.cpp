@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "vtpu/compiler/kernel_library.h"
+#include "vtpu/ir/canonical.h"
 #include "vtpu/compiler/system_compiler.h"
 #include "vtpu/ir/interpreter.h"
 #include "vtpu/runtime/error.h"
@@ -64,6 +65,7 @@ class HostCodegenTest : public ::testing::Test {
       Case c;
       c.symbol = "k" + std::to_string(cases().size()) + "_" + std::string(ir::name(op));
       c.graph = ir::single_op(op, types, attrs);
+      c.scalars = launch_scalars(c.graph);
       for (const auto& t : types) c.inputs.push_back(random_buffer(t, rng, positive));
       if (ir::category(op) == ir::OpCategory::kNormalization) c.float_tolerance = 2e-5;
       cases().push_back(std::move(c));
@@ -245,6 +247,40 @@ TEST_F(HostCodegenTest, ConstantIsALaunchArgument) {
   g.mark_output(g.add_node(OpKind::Tanh, {g.add_node(OpKind::Mul, {x, k})}));
   Case expected_case{c.symbol, g, c.inputs, c.scalars};
   expect_matches_interpreter(expected_case, launch(c, nullptr));
+}
+
+// alpha, value and threshold are launch scalars: graphs that differ only in
+// them share the shape-generic hash (so the kernel), and each launch computes
+// with its own value.
+TEST(HostCodegenRuntimeScalars, AttributeValuesAreLaunchArguments) {
+  const auto t = TensorType::contiguous(DType::kFloat32, {5, 7});
+  std::mt19937 rng(5);
+  std::vector<Case> cases;
+  std::vector<GeneratedKernel> kernels;
+  const std::vector<std::pair<OpKind, std::string>> ops = {
+      {OpKind::Sub, "alpha"}, {OpKind::Addcdiv, "value"}, {OpKind::ThresholdBackward, "threshold"}};
+  for (const auto& [op, attr] : ops) {
+    const std::size_t arity = op == OpKind::Addcdiv ? 3 : 2;
+    const ir::Graph one = ir::single_op(op, std::vector<TensorType>(arity, t), {{attr, 0.25}});
+    const ir::Graph other = ir::single_op(op, std::vector<TensorType>(arity, t), {{attr, -3.5}});
+    EXPECT_EQ(ir::hash(one, ir::ShapeMode::kGeneric, ir::ScalarMode::kParameters),
+              ir::hash(other, ir::ShapeMode::kGeneric, ir::ScalarMode::kParameters));
+    EXPECT_NE(ir::hash(one, ir::ShapeMode::kGeneric, ir::ScalarMode::kValues),
+              ir::hash(other, ir::ShapeMode::kGeneric, ir::ScalarMode::kValues));
+    const std::string symbol = "rs_" + std::string(ir::name(op));
+    kernels.push_back(generate_host_kernel(one, symbol));
+    EXPECT_EQ(kernels.back().source, generate_host_kernel(other, symbol).source);
+    std::vector<ir::Buffer> inputs;
+    for (std::size_t k = 0; k < arity; ++k) inputs.push_back(random_buffer(t, rng, op == OpKind::Addcdiv));
+    cases.push_back(Case{symbol, other, inputs, launch_scalars(other)});
+  }
+  auto& library = HostCodegenTest::library();
+  library = std::make_unique<KernelLibrary>(KernelLibrary::load(SystemCompiler().compile(host_translation_unit(kernels))));
+  for (const Case& c : cases) {
+    ASSERT_EQ(c.scalars, std::vector<double>{-3.5});
+    expect_matches_interpreter(c, launch(c, &threaded_for));
+  }
+  library.reset();
 }
 
 TEST(HostCodegenErrors, UnsupportedOpIsRefusedByName) {

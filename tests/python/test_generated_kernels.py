@@ -1,7 +1,9 @@
-"""Strict and debug mode on vTPU's generated kernels (VTPU_GENERATED_KERNELS=1).
+"""Strict and debug mode on vTPU's generated kernels (the default).
 
-Each check runs in a fresh process with its own compile-cache directory, so the
-first process compiles and a second one must find every kernel on disk.
+Each check runs in a fresh process with its own compile-cache directory. The
+compile-and-cache checks leave the ahead-of-time library out
+(VTPU_AOT_KERNELS=0), so the first process compiles and a second one must find
+every kernel on disk; the library check runs with it and must compile nothing.
 """
 import json
 import os
@@ -43,7 +45,7 @@ print(json.dumps(report))
 
 
 def _run(cache_dir) -> dict:
-    env = dict(os.environ, VTPU_GENERATED_KERNELS="1", VTPU_CACHE_DIR=str(cache_dir))
+    env = dict(os.environ, VTPU_GENERATED_KERNELS="1", VTPU_AOT_KERNELS="0", VTPU_CACHE_DIR=str(cache_dir))
     out = subprocess.run([sys.executable, "-c", PROGRAM], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -81,6 +83,49 @@ def test_second_process_with_warm_cache_compiles_nothing(two_runs):
     assert m["compiles"] == 0, m
     assert m["cache_hits"]["disk"] > 0, m
     assert m["generated_kernels"] == two_runs[0]["metrics"]["generated_kernels"], m
+
+
+AOT_PROGRAM = r"""
+import json, torch, torch_vtpu, torch.nn.functional as F
+torch.manual_seed(0)
+xc, yc, bc = torch.randn(4, 32), torch.randn(4, 32), torch.randn(32)
+x, y, b = xc.vtpu(), yc.vtpu(), bc.vtpu()
+cases = {
+    "add": lambda x, y, b: x + y, "mul": lambda x, y, b: x * y, "sub": lambda x, y, b: x - y,
+    "div": lambda x, y, b: x / y, "add_scalar": lambda x, y, b: x + 2.0, "mul_scalar": lambda x, y, b: x * 0.5,
+    "exp": lambda x, y, b: x.exp(), "tanh": lambda x, y, b: x.tanh(), "sigmoid": lambda x, y, b: x.sigmoid(),
+    "gelu": lambda x, y, b: F.gelu(x), "silu": lambda x, y, b: F.silu(x), "relu": lambda x, y, b: x.relu(),
+    "sum_rows": lambda x, y, b: x.sum(-1), "mean_rows": lambda x, y, b: x.mean(-1),
+    "amax_rows": lambda x, y, b: x.amax(-1), "sum_all": lambda x, y, b: x.sum(),
+    "softmax": lambda x, y, b: x.softmax(-1), "log_softmax": lambda x, y, b: F.log_softmax(x, -1),
+    "bias_add": lambda x, y, b: x + b, "bias_mul": lambda x, y, b: x * b,
+    "bf16_mul": lambda x, y, b: x.bfloat16() * y.bfloat16(),
+}
+torch_vtpu.reset_metrics()
+diffs = {}
+for name, fn in cases.items():
+    diffs[name] = (fn(x, y, b).cpu().double() - fn(xc, yc, bc).double()).abs().max().item()
+m = torch_vtpu.metrics()
+print(json.dumps({"diffs": diffs, "compiles": m["compiles"], "aot": m["cache_hits"]["aot"],
+                  "generated": m["generated_kernels"]}))
+"""
+
+
+def test_ahead_of_time_library_serves_common_ops_without_compiling(tmp_path):
+    """The library built with the package holds the common single-op kernels: a
+    process with an empty cache directory runs them without compiling one."""
+    env = dict(os.environ, VTPU_CACHE_DIR=str(tmp_path))
+    env.pop("VTPU_GENERATED_KERNELS", None)
+    env.pop("VTPU_AOT_KERNELS", None)
+    out = subprocess.run([sys.executable, "-c", AOT_PROGRAM], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for name, diff in result["diffs"].items():
+        assert diff <= 1e-5, (name, diff)
+    assert result["compiles"] == 0, result
+    # bf16_mul's two casts run on the host-kernel path; every other case is one kernel.
+    assert result["aot"] >= len(result["diffs"]) - 1, result
+    assert result["generated"] >= result["aot"], result
 
 
 TRAINING = r"""

@@ -217,6 +217,13 @@ class Emitter {
         throw Error(ErrorKind::kInvalidArgument, "[host codegen] outputs of different shapes");
   }
 
+  static bool has_runtime_scalar(const ir::Node& node) {
+    const char* attr = ir::runtime_scalar_attribute(node.op);
+    return attr != nullptr && node.attrs.has(attr);
+  }
+  // The launch-scalar variable holding node `id`'s run-time attribute.
+  static std::string runtime_scalar(ir::ValueId id) { return "a" + std::to_string(id); }
+
   // Value names: v<id>, each in the compute type of its node's dtype.
   std::string value(ir::ValueId id) const { return "v" + std::to_string(id); }
 
@@ -246,7 +253,9 @@ class Emitter {
           << scalar_index++ << "]);\n";
         continue;
       }
-      s << "  const " << out_ct << " " << value(id) << " = static_cast<" << out_ct << ">(" << expression(node)
+      if (has_runtime_scalar(node))  // its attribute value arrives as the next launch scalar
+        s << "  const double a" << id << " = c.scalars[" << scalar_index++ << "];\n";
+      s << "  const " << out_ct << " " << value(id) << " = static_cast<" << out_ct << ">(" << expression(node, id)
         << ");\n";
     }
     for (int k = 0; k < num_outputs; ++k) {
@@ -257,7 +266,7 @@ class Emitter {
     }
   }
 
-  std::string expression(const ir::Node& node) const {
+  std::string expression(const ir::Node& node, ir::ValueId id) const {
     const char* ct = compute_type_name(node.common_dtype);
     auto in = [&](int k) { return as(node.inputs[static_cast<std::size_t>(k)], ct); };
     const std::string a = node.inputs.size() > 0 ? in(0) : "";
@@ -309,8 +318,8 @@ class Emitter {
       case OpKind::IsFinite: return floating ? "std::isfinite(" + a + ")" : "true";
       case OpKind::Add:
       case OpKind::Sub: {
-        const double alpha = node.attrs.get_double("alpha", 1.0);
-        const std::string scaled = alpha == 1.0 ? b : "(" + T + "(" + number(alpha) + ") * " + b + ")";
+        // a + alpha * b as ATen computes it (alpha = 1 gives the same bits as a + b).
+        const std::string scaled = has_runtime_scalar(node) ? "(" + T + "(" + runtime_scalar(id) + ") * " + b + ")" : b;
         return a + (node.op == OpKind::Add ? " + " : " - ") + scaled;
       }
       case OpKind::Mul: return a + " * " + b;
@@ -338,9 +347,10 @@ class Emitter {
       case OpKind::Fmod: return "vtpu_fmod(" + a + ", " + b + ")";
       case OpKind::Remainder: return "vtpu_remainder(" + a + ", " + b + ")";
       case OpKind::Atan2: return "std::atan2(" + a + ", " + b + ")";
-      case OpKind::ThresholdBackward:
-        return "(" + b + " <= " + T + "(" + number(node.attrs.get_double("threshold", 0.0)) + ") ? " + T + "(0) : " + a +
-               ")";
+      case OpKind::ThresholdBackward: {
+        const std::string threshold = has_runtime_scalar(node) ? runtime_scalar(id) : "0.0";
+        return "(" + b + " <= " + T + "(" + threshold + ") ? " + T + "(0) : " + a + ")";
+      }
       case OpKind::GeluBackward:
         if (node.attrs.get_string("approximate", "none") != "none")
           throw Error(ErrorKind::kInvalidArgument, "[host codegen] gelu_backward with tanh approximation");
@@ -356,13 +366,10 @@ class Emitter {
       case OpKind::Lerp:
         return "(std::fabs(" + c + ") < " + T + "(0.5) ? " + a + " + " + c + " * (" + b + " - " + a + ") : " + b + " - (" + b +
                " - " + a + ") * (" + T + "(1) - " + c + "))";
-      case OpKind::Addcmul: {
-        const double v = node.attrs.get_double("value", 1.0);
-        return a + " + " + T + "(" + number(v) + ") * " + b + " * " + c;
-      }
+      case OpKind::Addcmul:
       case OpKind::Addcdiv: {
-        const double v = node.attrs.get_double("value", 1.0);
-        return a + " + " + T + "(" + number(v) + ") * " + b + " / " + c;
+        const std::string v = has_runtime_scalar(node) ? runtime_scalar(id) : "1.0";
+        return a + " + " + T + "(" + v + ") * " + b + (node.op == OpKind::Addcmul ? " * " : " / ") + c;
       }
       case OpKind::MaskedFill: return "(" + as(node.inputs[1], "bool") + " ? " + c + " : " + a + ")";
       case OpKind::Clamp: {
@@ -392,6 +399,24 @@ bool host_codegen_supports(ir::OpKind op) {
     default:
       return ir::is_elementwise(op);
   }
+}
+
+std::vector<double> launch_scalars(const ir::Graph& graph) {
+  std::vector<double> scalars;
+  auto as_double = [](const ir::AttrValue& v) {
+    if (const auto* d = std::get_if<double>(&v)) return *d;
+    if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
+    if (const auto* b = std::get_if<bool>(&v)) return *b ? 1.0 : 0.0;
+    throw Error(ErrorKind::kInvalidArgument, "[host codegen] a launch scalar that is not a number");
+  };
+  for (const ir::Node& node : graph.nodes()) {
+    if (node.op == OpKind::Constant) {
+      scalars.push_back(as_double(*node.attrs.find("value")));
+    } else if (const char* attr = ir::runtime_scalar_attribute(node.op); attr != nullptr && node.attrs.has(attr)) {
+      scalars.push_back(as_double(*node.attrs.find(attr)));
+    }
+  }
+  return scalars;
 }
 
 GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& symbol) {

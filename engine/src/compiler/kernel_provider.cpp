@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <string>
 
+#include "vtpu/compiler/aot_library.h"
 #include "vtpu/compiler/host_codegen.h"
 #include "vtpu/ir/canonical.h"
 #include "vtpu/runtime/error.h"
@@ -87,6 +89,13 @@ VtpuKernelFn KernelProvider::get(const ir::Graph& graph) {
   const cache::Key key = key_for_source(source);
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = loaded_.find(symbol); it != loaded_.end()) return it->second.fn;
+  if (auto it = aot_symbols_.find(key.hex()); it != aot_symbols_.end()) {
+    if (VtpuKernelFn fn = aot_library_->find(it->second)) {
+      loaded_.emplace(symbol, Loaded{aot_library_, fn});
+      ++aot_hits_;
+      return fn;
+    }
+  }
   auto entry = cache_->get_or_create(key, [&] {
     const auto start = std::chrono::steady_clock::now();
     cache::Entry built;
@@ -104,6 +113,26 @@ VtpuKernelFn KernelProvider::get(const ir::Graph& graph) {
   return fn;
 }
 
+std::size_t KernelProvider::attach_aot(std::shared_ptr<KernelLibrary> library) {
+  using Manifest = const char* (*)();
+  auto manifest_fn = reinterpret_cast<Manifest>(library ? library->find(kAotManifestSymbol) : nullptr);
+  if (manifest_fn == nullptr)
+    throw runtime::Error(runtime::ErrorKind::kInvalidArgument, "[kernel provider] not a vtpu kernel library");
+  std::unordered_map<std::string, std::string> symbols;
+  std::istringstream lines(manifest_fn());
+  std::string key, symbol;
+  while (lines >> key >> symbol) symbols.emplace(key, symbol);
+  std::lock_guard<std::mutex> lock(mutex_);
+  aot_library_ = std::move(library);
+  aot_symbols_ = std::move(symbols);
+  return aot_symbols_.size();
+}
+
+std::vector<std::uint8_t> KernelProvider::compile(const std::string& source) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return compiler().compile(source);
+}
+
 ProviderStats KernelProvider::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   ProviderStats s;
@@ -111,6 +140,8 @@ ProviderStats KernelProvider::stats() const {
   s.compile_seconds = static_cast<double>(compile_nanoseconds_.load()) / 1e9;
   s.loaded = loaded_.size();
   s.memory_hits = memory_hits_.load();
+  s.aot_hits = aot_hits_.load();
+  s.aot_kernels = aot_symbols_.size();
   return s;
 }
 

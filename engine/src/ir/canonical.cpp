@@ -153,6 +153,8 @@ Hash128 hash(const Graph& graph, ShapeMode mode, ScalarMode scalars) {
       }
     }
     const bool param = scalars == ScalarMode::kParameters && node.op == OpKind::Constant;
+    // A run-time scalar attribute counts by its presence, not its value.
+    const char* runtime_attr = scalars == ScalarMode::kParameters ? runtime_scalar_attribute(node.op) : nullptr;
     std::uint64_t count = 0;
     for (const auto& [key, value] : node.attrs.entries()) {
       if (!(generic && is_size_attr(node.op, key)) && !(param && key == "value")) ++count;
@@ -162,6 +164,7 @@ Hash128 hash(const Graph& graph, ShapeMode mode, ScalarMode scalars) {
       if (generic && is_size_attr(node.op, key)) continue;
       if (param && key == "value") continue;
       h.add_string(key);
+      if (runtime_attr != nullptr && key == runtime_attr) continue;
       if (generic && key == "normalized_shape" && std::holds_alternative<std::vector<std::int64_t>>(value)) {
         h.add(std::get<std::vector<std::int64_t>>(value).size());  // how many dims, not their sizes
         continue;

@@ -44,4 +44,15 @@ std::string_view name(OpCategory c) {
   return "?";
 }
 
+const char* runtime_scalar_attribute(OpKind op) {
+  switch (op) {
+    case OpKind::Add:
+    case OpKind::Sub: return "alpha";
+    case OpKind::Addcmul:
+    case OpKind::Addcdiv: return "value";
+    case OpKind::ThresholdBackward: return "threshold";
+    default: return nullptr;
+  }
+}
+
 }  // namespace vtpu::ir

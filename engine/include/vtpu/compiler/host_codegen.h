@@ -8,8 +8,10 @@
 // add(x, 3) share a kernel.
 //
 // Launch contract: tensors = graph outputs (in order) then graph inputs (in
-// order); scalars = Constant node values in node order; every output has the
-// iteration shape, inputs are broadcast to it through stride 0.
+// order); scalars = launch_scalars(graph): per node in node order, a
+// Constant's value or a node's run-time scalar attribute
+// (ir::runtime_scalar_attribute: alpha, value, threshold); every output has
+// the iteration shape, inputs are broadcast to it through stride 0.
 #pragma once
 
 #include <string>
@@ -33,6 +35,9 @@ GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& 
 // A complete C++ translation unit: the launch ABI and shared helpers once,
 // then the kernels (one for a run-time compile, many for the AOT library).
 std::string host_translation_unit(const std::vector<GeneratedKernel>& kernels);
+
+// The launch scalars of `graph` (see the launch contract above).
+std::vector<double> launch_scalars(const ir::Graph& graph);
 
 // Whether generate_host_kernel accepts this op kind.
 bool host_codegen_supports(ir::OpKind op);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "vtpu/cache/compile_cache.h"
 #include "vtpu/compiler/kernel_library.h"
@@ -24,6 +25,8 @@ struct ProviderStats {
   double compile_seconds = 0;
   std::uint64_t loaded = 0;            // kernels resolved (any source)
   std::uint64_t memory_hits = 0;       // served by the already-loaded kernels
+  std::uint64_t aot_hits = 0;          // first served by the ahead-of-time library
+  std::uint64_t aot_kernels = 0;       // kernels the attached library holds
 };
 
 class KernelProvider {
@@ -40,13 +43,23 @@ class KernelProvider {
   // identity and flags, launch ABI and vtpu versions.
   cache::Key key_for(const ir::Graph& graph);
 
+  // Serves the kernels of an ahead-of-time library (aot_library.h) before
+  // the cache and the compiler. Returns how many kernels it lists; throws
+  // Error(kInvalidArgument) when the library has no manifest.
+  std::size_t attach_aot(std::shared_ptr<KernelLibrary> library);
+
+  // Compiles a translation unit with this provider's compiler and flags.
+  std::vector<std::uint8_t> compile(const std::string& source);
+
+  // The kernel's symbol: named after the graph's shape-generic hash.
+  static std::string symbol_for(const ir::Graph& graph);
+
   ProviderStats stats() const;
   cache::CacheStats cache_stats() const { return cache_->stats(); }
   cache::CompileCache& cache() { return *cache_; }
 
  private:
   const SystemCompiler& compiler();
-  static std::string symbol_for(const ir::Graph& graph);
   static std::string source_for(const ir::Graph& graph, const std::string& symbol);
   cache::Key key_for_source(const std::string& source);
 
@@ -58,6 +71,9 @@ class KernelProvider {
     VtpuKernelFn fn;
   };
   std::unordered_map<std::string, Loaded> loaded_;  // by symbol (the IR's generic hash)
+  std::shared_ptr<KernelLibrary> aot_library_;
+  std::unordered_map<std::string, std::string> aot_symbols_;  // key hex -> symbol
+  std::atomic<std::uint64_t> aot_hits_{0};
   std::atomic<std::uint64_t> compiles_{0};
   std::atomic<std::uint64_t> memory_hits_{0};
   std::atomic<std::uint64_t> compile_nanoseconds_{0};

@@ -186,6 +186,13 @@ inline int arity(OpKind op) {
   return t.min_inputs == t.max_inputs ? t.min_inputs : -1;
 }
 bool is_elementwise(OpKind op);  // unary, binary or ternary category
+
+// The double attribute of `op` that is a run-time value rather than part of
+// the kernel (Add/Sub alpha, Addcmul/Addcdiv value, ThresholdBackward
+// threshold), or nullptr. Generated kernels take it as a launch scalar and
+// the shape-generic hash with ScalarMode::kParameters leaves its value out,
+// so an optimizer's changing step size never compiles a new kernel.
+const char* runtime_scalar_attribute(OpKind op);
 std::string_view name(OpCategory c);
 
 }  // namespace vtpu::ir

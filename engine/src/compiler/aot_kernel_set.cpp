@@ -1,0 +1,104 @@
+// The single-op graphs of the ahead-of-time kernel library. Each is built the
+// way the bridge builds it for one ATen op (same inputs, attributes and
+// Constant operands), so that its shape-generic key is the one strict mode
+// looks up: contiguous same-shape launches arrive flattened to one dim,
+// Python scalars are Constant nodes, reductions keep the dims as the user
+// wrote them (hence both -1 and the positive spelling).
+#include <string>
+#include <vector>
+
+#include "vtpu/compiler/aot_library.h"
+
+namespace vtpu::compiler {
+namespace {
+
+using ir::Attributes;
+using ir::DType;
+using ir::Graph;
+using ir::OpKind;
+using ir::TensorType;
+
+Graph with_constant(OpKind op, DType dtype, double value_kind_sample, Attributes attrs) {
+  Graph graph;
+  const ir::ValueId x = graph.add_input(TensorType::contiguous(dtype, {16}));
+  const ir::ValueId c = graph.add_node(OpKind::Constant, {}, {{"value", value_kind_sample}});
+  graph.mark_output(graph.add_node(op, {x, c}, std::move(attrs)));
+  return graph;
+}
+
+Attributes alpha_for(OpKind op) {
+  return (op == OpKind::Add || op == OpKind::Sub) ? Attributes{{"alpha", 1.0}} : Attributes{};
+}
+
+void add_elementwise(std::vector<Graph>& set, DType dt) {
+  const TensorType flat = TensorType::contiguous(dt, {16});
+  for (OpKind op : {OpKind::Exp, OpKind::Log, OpKind::Neg, OpKind::Abs, OpKind::Sqrt, OpKind::Rsqrt,
+                    OpKind::Reciprocal, OpKind::Sin, OpKind::Cos, OpKind::Tanh, OpKind::Sigmoid, OpKind::Silu,
+                    OpKind::Erf, OpKind::Floor, OpKind::Ceil, OpKind::Trunc, OpKind::Exp2, OpKind::Log2,
+                    OpKind::Log1p, OpKind::Expm1, OpKind::Sign, OpKind::Relu})
+    set.push_back(ir::single_op(op, {flat}));
+  for (const char* approximate : {"none", "tanh"})
+    set.push_back(ir::single_op(OpKind::Gelu, {flat}, {{"approximate", std::string(approximate)}}));
+  for (OpKind op : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Maximum, OpKind::Minimum, OpKind::Pow,
+                    OpKind::Eq, OpKind::Ne, OpKind::Lt, OpKind::Le, OpKind::Gt, OpKind::Ge,
+                    OpKind::SigmoidBackward, OpKind::TanhBackward, OpKind::SiluBackward})
+    set.push_back(ir::single_op(op, {flat, flat}, alpha_for(op)));
+  set.push_back(ir::single_op(OpKind::ThresholdBackward, {flat, flat}, {{"threshold", 0.0}}));
+  set.push_back(ir::single_op(OpKind::GeluBackward, {flat, flat}, {{"approximate", std::string("none")}}));
+  // x op python-scalar
+  for (OpKind op : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Pow, OpKind::Eq, OpKind::Ne,
+                    OpKind::Lt, OpKind::Gt})
+    set.push_back(with_constant(op, dt, 1.0, alpha_for(op)));
+  set.push_back(ir::single_op(OpKind::Where, {TensorType::contiguous(DType::kBool, {16}), flat, flat}));
+}
+
+void add_broadcasts(std::vector<Graph>& set, DType dt) {
+  // Bias-like rows and per-row scales over rank 2 and 3.
+  const std::vector<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> shapes = {
+      {{4, 8}, {8}}, {{2, 4, 8}, {8}}, {{4, 8}, {4, 1}}, {{2, 4, 8}, {2, 4, 1}}};
+  for (const auto& [big, small] : shapes)
+    for (OpKind op : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div})
+      set.push_back(ir::single_op(op, {TensorType::contiguous(dt, big), TensorType::contiguous(dt, small)},
+                                  alpha_for(op)));
+}
+
+void add_reductions(std::vector<Graph>& set, DType dt) {
+  struct Spec {
+    std::vector<std::int64_t> sizes;
+    std::vector<std::int64_t> dims;
+  };
+  const std::vector<Spec> specs = {{{4, 8}, {-1}}, {{4, 8}, {1}}, {{4, 8}, {0}}, {{2, 4, 8}, {-1}},
+                                   {{2, 4, 8}, {2}}, {{2, 4, 8}, {0, 1}}, {{16}, {}}, {{4, 8}, {}}, {{2, 4, 8}, {}}};
+  for (OpKind op : {OpKind::Sum, OpKind::Mean, OpKind::Amax})
+    for (const Spec& spec : specs)
+      for (bool keepdim : {false, true})
+        set.push_back(ir::single_op(op, {TensorType::contiguous(dt, spec.sizes)},
+                                    {{"dims", spec.dims}, {"keepdim", keepdim}}));
+}
+
+void add_softmax(std::vector<Graph>& set, DType dt, bool backward) {
+  for (const std::vector<std::int64_t>& sizes : {std::vector<std::int64_t>{4, 8}, {2, 4, 8}, {2, 2, 4, 8}}) {
+    const TensorType t = TensorType::contiguous(dt, sizes);
+    for (std::int64_t dim : {std::int64_t{-1}, static_cast<std::int64_t>(sizes.size()) - 1}) {
+      set.push_back(ir::single_op(OpKind::Softmax, {t}, {{"dim", dim}}));
+      if (!backward) continue;
+      set.push_back(ir::single_op(OpKind::LogSoftmax, {t}, {{"dim", dim}}));
+      set.push_back(ir::single_op(OpKind::SoftmaxBackward, {t, t}, {{"dim", dim}}));
+      set.push_back(ir::single_op(OpKind::LogSoftmaxBackward, {t, t}, {{"dim", dim}}));
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<Graph> aot_kernel_set() {
+  std::vector<Graph> set;
+  for (DType dt : {DType::kFloat32, DType::kBFloat16}) add_elementwise(set, dt);
+  add_broadcasts(set, DType::kFloat32);
+  add_reductions(set, DType::kFloat32);
+  add_softmax(set, DType::kFloat32, true);
+  add_softmax(set, DType::kBFloat16, false);
+  return set;
+}
+
+}  // namespace vtpu::compiler

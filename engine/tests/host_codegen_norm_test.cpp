@@ -39,6 +39,8 @@ struct Case {
   ir::Graph graph;
   std::vector<ir::Buffer> inputs;
   std::vector<double> scalars;
+  // A norm backward graph launched through generate_norm_param_grad_kernel.
+  bool param_grads = false;
 };
 
 TensorType strided(DType dtype, Ints sizes, Ints strides) { return TensorType{dtype, std::move(sizes), std::move(strides)}; }
@@ -288,6 +290,18 @@ void HostCodegenNormTest::SetUpTestSuite() {
   rmsb("rmsb_no_weight_strided", strided(f32, {9, 5}, {1, 9}), {5}, false, {9}, dense(f32, {9, 5}));
   rmsb("rmsb_bf16", dense(bf16, {3, 2, 20}), {2, 20}, true, {3, 1, 1}, dense(bf16, {3, 2, 20}));
 
+  // Parameter gradients of some backward graphs (checked against sums in the
+  // test, the IR having no op for them).
+  auto param_grads = [&](const std::string& of) {
+    Case c = find(of);
+    c.symbol = "n" + std::to_string(cases().size()) + "_pgrad_" + of;
+    c.param_grads = true;
+    cases().push_back(std::move(c));
+  };
+  for (const char* of : {"lnb_f32", "lnb_no_weight", "lnb_two_dims", "lnb_bf16", "lnb_f64", "rmsb_f32",
+                         "rmsb_no_weight_strided", "rmsb_bf16"})
+    param_grads(of);
+
   // Big enough for the kernels to use parallel_for (> 32768 elements).
   red("big_argmax", OpKind::Argmax, dense(f32, {1000, 40}), {1});
   red("big_var_cols", OpKind::Var, dense(f32, {40, 1000}), {0}, false, {}, {1.0});
@@ -298,9 +312,13 @@ void HostCodegenNormTest::SetUpTestSuite() {
   rms("big_rms", dense(f32, {1000, 40}), {40}, true, 1e-6);
   lnb("big_lnb", dense(f32, {1000, 40}), {40}, true, {1000, 1}, dense(f32, {1000, 40}));
   rmsb("big_rmsb", dense(f32, {1000, 40}), {40}, true, {1000}, dense(f32, {1000, 40}));
+  param_grads("big_lnb");
+  param_grads("big_rmsb");
 
   std::vector<GeneratedKernel> kernels;
-  for (const auto& c : cases()) kernels.push_back(generate_host_kernel(c.graph, c.symbol));
+  for (const auto& c : cases())
+    kernels.push_back(c.param_grads ? generate_norm_param_grad_kernel(c.graph, c.symbol)
+                                    : generate_host_kernel(c.graph, c.symbol));
   library() = std::make_unique<KernelLibrary>(KernelLibrary::load(SystemCompiler().compile(host_translation_unit(kernels))));
 }
 
@@ -313,9 +331,10 @@ Ints row_major(const Ints& sizes) {
 
 // Launch arguments per the contracts at the top of host_codegen_norm.cpp and
 // host_codegen_reduction_stats.cpp: everything in the input's dims.
-std::vector<VtpuTensorArg> tensor_args(const Case& c, ir::Buffer& out, std::vector<ir::Buffer>& inputs) {
+std::vector<VtpuTensorArg> tensor_args(const Case& c, std::vector<ir::Buffer>& outs, std::vector<ir::Buffer>& inputs) {
   const ir::Node& node = c.graph.node(c.graph.outputs()[0]);
-  std::vector<VtpuTensorArg> args(1 + inputs.size());
+  std::vector<VtpuTensorArg> args(outs.size() + inputs.size());
+  ir::Buffer& out = outs[0];
   args[0].data = out.bytes.data();
   if (!is_norm(node.op)) {
     const TensorType& in = inputs[0].type;
@@ -344,10 +363,12 @@ std::vector<VtpuTensorArg> tensor_args(const Case& c, ir::Buffer& out, std::vect
   const std::size_t k = node.attrs.get_ints("normalized_shape").size();
   const std::size_t lead = rank - k;
   const Ints lead_strides = row_major(Ints(x.sizes.begin(), x.sizes.begin() + static_cast<std::ptrdiff_t>(lead)));
+  const std::size_t nout = outs.size();
   for (std::size_t t = 0; t < args.size(); ++t) {
-    const TensorType& type = t == 0 ? out.type : inputs[t - 1].type;
-    args[t].data = t == 0 ? out.bytes.data() : inputs[t - 1].bytes.data();
-    const int role = t == 0 ? 0 : norm_role(node.op, t - 1);
+    ir::Buffer& b = t < nout ? outs[t] : inputs[t - nout];
+    const TensorType& type = b.type;
+    args[t].data = b.bytes.data();
+    const int role = t < nout ? (c.param_grads ? 1 : 0) : norm_role(node.op, t - nout);
     for (std::size_t d = 0; d < rank; ++d) {
       args[t].sizes[d] = x.sizes[d];
       if (role == 0) args[t].strides[d] = type.strides[d];
@@ -366,17 +387,59 @@ void threaded_for(std::int64_t total, std::int64_t grain, VtpuParallelBody body,
   for (auto& t : threads) t.join();
 }
 
-ir::Buffer launch(const Case& c, VtpuParallelFor parallel_for, const std::vector<double>* scalars = nullptr) {
-  ir::Buffer out = ir::Buffer::zeros(c.graph.type(c.graph.outputs()[0]));
-  std::vector<ir::Buffer> inputs = c.inputs;
-  std::vector<VtpuTensorArg> args = tensor_args(c, out, inputs);
+// The parameter gradients' dtype and shape: the weight's, else x's dtype.
+TensorType param_type(const Case& c) {
   const ir::Node& node = c.graph.node(c.graph.outputs()[0]);
+  const DType dt = node.attrs.get_bool("has_weight", false) ? c.inputs.back().type.dtype : c.inputs[1].type.dtype;
+  return dense(dt, node.attrs.get_ints("normalized_shape"));
+}
+
+std::vector<ir::Buffer> launch_all(const Case& c, VtpuParallelFor parallel_for,
+                                   const std::vector<double>* scalars = nullptr) {
+  const ir::Node& node = c.graph.node(c.graph.outputs()[0]);
+  std::vector<ir::Buffer> outs;
+  if (c.param_grads) {
+    outs.push_back(ir::Buffer::zeros(param_type(c)));
+    if (node.op == OpKind::LayerNormBackward) outs.push_back(ir::Buffer::zeros(param_type(c)));
+  } else {
+    outs.push_back(ir::Buffer::zeros(c.graph.type(c.graph.outputs()[0])));
+  }
+  // Poison the outputs: every element must be written.
+  for (auto& o : outs) std::memset(o.bytes.data(), 0x7f, o.bytes.size());
+  std::vector<ir::Buffer> inputs = c.inputs;
+  std::vector<VtpuTensorArg> args = tensor_args(c, outs, inputs);
+  const ir::Buffer& shaped = c.param_grads ? inputs[1] : outs[0];  // has x's shape for norms
   // A norm's output has x's shape; a reduction's rank is its input's.
-  const auto rank = static_cast<std::int32_t>(is_norm(node.op) ? out.type.rank() : inputs[0].type.rank());
+  const auto rank = static_cast<std::int32_t>(is_norm(node.op) ? shaped.type.rank() : inputs[0].type.rank());
   const std::vector<double>& s = scalars ? *scalars : c.scalars;
   VtpuLaunchArgs launch_args{kLaunchAbiVersion, rank, static_cast<std::int32_t>(args.size()), args.data(),
                              s.empty() ? nullptr : s.data(), parallel_for, nullptr, nullptr};
   HostCodegenNormTest::library()->get(c.symbol)(&launch_args);
+  return outs;
+}
+
+ir::Buffer launch(const Case& c, VtpuParallelFor parallel_for, const std::vector<double>* scalars = nullptr) {
+  return launch_all(c, parallel_for, scalars)[0];
+}
+
+// dweight[j] = sum_r grad * xhat, dbias[j] = sum_r grad, in double.
+std::vector<ir::Buffer> expected_param_grads(const Case& c) {
+  const ir::Node& node = c.graph.node(c.graph.outputs()[0]);
+  const bool layer = node.op == OpKind::LayerNormBackward;
+  const auto g = ir::to_doubles(c.inputs[0]), x = ir::to_doubles(c.inputs[1]);
+  const auto mean = layer ? ir::to_doubles(c.inputs[2]) : std::vector<double>{};
+  const auto rstd = ir::to_doubles(c.inputs[layer ? 3 : 2]);
+  const TensorType pt = param_type(c);
+  const std::size_t n = static_cast<std::size_t>(pt.numel()), rows = n == 0 ? 0 : g.size() / n;
+  std::vector<double> dw(n, 0.0), db(n, 0.0);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < n; ++j) {
+      const double gv = g[r * n + j];
+      dw[j] += gv * (x[r * n + j] - (layer ? mean[r] : 0.0)) * rstd[r];
+      db[j] += gv;
+    }
+  std::vector<ir::Buffer> out = {ir::make_buffer(pt.dtype, pt.sizes, dw)};
+  if (layer) out.push_back(ir::make_buffer(pt.dtype, pt.sizes, db));
   return out;
 }
 
@@ -408,21 +471,38 @@ int mismatches(const Case& c, const ir::Buffer& expected, const ir::Buffer& got,
 
 TEST_F(HostCodegenNormTest, EveryKernelMatchesTheInterpreter) {
   for (const auto& c : cases()) {
+    if (c.param_grads) continue;
     const auto expected = ir::interpret(c.graph, c.inputs);
     std::string report;
     EXPECT_EQ(mismatches(c, expected[0], launch(c, nullptr), &report), 0) << report;
   }
 }
 
+TEST_F(HostCodegenNormTest, ParameterGradientsMatchRowSums) {
+  int checked = 0;
+  for (const auto& c : cases()) {
+    if (!c.param_grads) continue;
+    const auto expected = expected_param_grads(c);
+    const auto got = launch_all(c, nullptr);
+    ASSERT_EQ(got.size(), expected.size()) << c.symbol;
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      std::string report;
+      EXPECT_EQ(mismatches(c, expected[k], got[k], &report), 0) << "output " << k << "\n" << report;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 10);
+}
+
 TEST_F(HostCodegenNormTest, ThreadedLaunchIsBitwiseTheSerialOne) {
   int threaded_cases = 0;
   for (const auto& c : cases()) {
-    const auto serial = launch(c, nullptr);
-    const auto parallel = launch(c, &threaded_for);
-    EXPECT_EQ(serial.bytes, parallel.bytes) << c.symbol;
+    const auto serial = launch_all(c, nullptr);
+    const auto parallel = launch_all(c, &threaded_for);
+    for (std::size_t k = 0; k < serial.size(); ++k) EXPECT_EQ(serial[k].bytes, parallel[k].bytes) << c.symbol;
     threaded_cases += c.symbol.find("big_") != std::string::npos;
   }
-  EXPECT_EQ(threaded_cases, 9);
+  EXPECT_EQ(threaded_cases, 11);
 }
 
 TEST_F(HostCodegenNormTest, SpecialRowsGiveAtenResults) {

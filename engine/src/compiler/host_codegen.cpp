@@ -407,6 +407,10 @@ GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& 
   return Emitter(graph).emit(symbol);
 }
 
+GeneratedKernel generate_norm_param_grad_kernel(const ir::Graph& graph, const std::string& symbol) {
+  return detail::emit_norm_param_grads(graph, symbol);
+}
+
 std::string host_translation_unit(const std::vector<GeneratedKernel>& kernels) {
   std::string source = std::string(kLaunchAbiSource) + detail::kKernelMathSource + kPrelude;
   for (const auto& kernel : kernels) source += kernel.source;

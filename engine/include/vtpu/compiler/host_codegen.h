@@ -33,6 +33,13 @@ struct GeneratedKernel {
 // an op the host generator does not compile (the caller then uses another path).
 GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& symbol);
 
+// The weight (and, for layer norm, bias) gradients of a graph of one
+// layer_norm_backward or rms_norm_backward node: a second kernel of the same
+// node, whose IR output is dx only. Launch contract at the top of
+// host_codegen_norm_param_grad.cpp. Throws Error(kInvalidArgument) for other
+// graphs.
+GeneratedKernel generate_norm_param_grad_kernel(const ir::Graph& graph, const std::string& symbol);
+
 // A complete C++ translation unit: the launch ABI and shared helpers once,
 // then the kernels (one for a run-time compile, many for the AOT library).
 std::string host_translation_unit(const std::vector<GeneratedKernel>& kernels);

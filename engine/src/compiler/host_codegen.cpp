@@ -206,7 +206,8 @@ class Emitter {
       throw Error(ErrorKind::kInvalidArgument, "[host codegen] rank above " + std::to_string(kMaxRank));
     for (const auto& node : graph_.nodes()) {
       if (!host_codegen_supports(node.op) || detail::host_reduction_supports(node.op) ||
-          detail::host_softmax_supports(node.op))
+          detail::host_softmax_supports(node.op) || detail::host_reduction_stats_supports(node.op) ||
+          detail::host_norm_supports(node.op))
         throw Error(ErrorKind::kInvalidArgument,
                     "[host codegen] " + std::string(ir::name(node.op)) + " is not an elementwise op");
       if (node.op != OpKind::Input && node.op != OpKind::Constant && node.type.sizes != out_sizes)
@@ -391,7 +392,9 @@ class Emitter {
 }  // namespace
 
 bool host_codegen_supports(ir::OpKind op) {
-  if (detail::host_reduction_supports(op) || detail::host_softmax_supports(op)) return true;
+  if (detail::host_reduction_supports(op) || detail::host_softmax_supports(op) ||
+      detail::host_reduction_stats_supports(op) || detail::host_norm_supports(op))
+    return true;
   switch (op) {
     case OpKind::Input:
     case OpKind::Constant:
@@ -423,8 +426,14 @@ GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& 
   for (const auto& node : graph.nodes()) {
     if (detail::host_reduction_supports(node.op)) return detail::emit_reduction(graph, symbol);
     if (detail::host_softmax_supports(node.op)) return detail::emit_softmax(graph, symbol);
+    if (detail::host_reduction_stats_supports(node.op)) return detail::emit_reduction_stats(graph, symbol);
+    if (detail::host_norm_supports(node.op)) return detail::emit_norm(graph, symbol);
   }
   return Emitter(graph).emit(symbol);
+}
+
+GeneratedKernel generate_norm_param_grad_kernel(const ir::Graph& graph, const std::string& symbol) {
+  return detail::emit_norm_param_grads(graph, symbol);
 }
 
 std::string host_translation_unit(const std::vector<GeneratedKernel>& kernels) {

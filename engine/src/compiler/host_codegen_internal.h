@@ -20,4 +20,14 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
 bool host_softmax_supports(ir::OpKind op);
 GeneratedKernel emit_softmax(const ir::Graph& graph, const std::string& symbol);
 
+// argmax, argmin, var, std, logsumexp, norm (host_codegen_reduction_stats.cpp).
+bool host_reduction_stats_supports(ir::OpKind op);
+GeneratedKernel emit_reduction_stats(const ir::Graph& graph, const std::string& symbol);
+
+// layer_norm, rms_norm and their backward (host_codegen_norm.cpp).
+bool host_norm_supports(ir::OpKind op);
+GeneratedKernel emit_norm(const ir::Graph& graph, const std::string& symbol);
+// dweight/dbias of a norm backward node (host_codegen_norm_param_grad.cpp).
+GeneratedKernel emit_norm_param_grads(const ir::Graph& graph, const std::string& symbol);
+
 }  // namespace vtpu::compiler::detail

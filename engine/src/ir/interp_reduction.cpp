@@ -64,9 +64,11 @@ double float_reduce(OpKind op, const Attributes& a, const std::vector<double>& v
       return op == OpKind::Std ? std::sqrt(var) : var;
     }
     case OpKind::LogSumExp: {
+      // As ATen: the max propagates NaN (so any NaN gives NaN, even beside
+      // an inf); all -inf (or empty) -> -inf; any +inf -> +inf.
       double m = -kInf;
-      for (double x : v) m = std::max(m, x);
-      if (std::isinf(m)) return m;  // all -inf (or empty) -> -inf; any +inf -> +inf
+      for (double x : v) m = std::isnan(x) || std::isnan(m) ? std::nan("") : std::max(m, x);
+      if (std::isinf(m)) return m;
       double s = 0;
       for (double x : v) s += std::exp(x - m);
       return m + std::log(s);
@@ -75,7 +77,11 @@ double float_reduce(OpKind op, const Attributes& a, const std::vector<double>& v
       const double p = a.get_double("p", 2.0);
       if (std::isinf(p)) {
         double m = p > 0 ? 0.0 : kInf;
-        for (double x : v) m = p > 0 ? std::max(m, std::fabs(x)) : std::min(m, std::fabs(x));
+        // NaN-propagating, like ATen's max/min of |x|.
+        for (double x : v) {
+          if (std::isnan(x)) return x;
+          m = p > 0 ? std::max(m, std::fabs(x)) : std::min(m, std::fabs(x));
+        }
         return m;
       }
       double s = 0;

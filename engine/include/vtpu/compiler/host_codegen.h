@@ -26,11 +26,21 @@ struct GeneratedKernel {
   std::string source;  // the kernel's code; needs host_translation_unit()'s preamble
 };
 
-// A graph of elementwise ops, or one reduction (sum, mean, prod, amax, amin)
-// of one input; see host_codegen_reduction.cpp for the reduction launch
-// contract. Throws Error(kInvalidArgument) naming the op when the graph holds
+// A graph of elementwise ops; or one reduction (sum, mean, prod, amax, amin;
+// argmax, argmin, var, std, logsumexp, norm) of one input; or one row op
+// (softmax family; layer/rms norm and their backward). The launch contracts
+// of the non-elementwise kernels are at the top of host_codegen_reduction.cpp,
+// host_codegen_reduction_stats.cpp, host_codegen_softmax.cpp and
+// host_codegen_norm.cpp. Throws Error(kInvalidArgument) naming the op when the graph holds
 // an op the host generator does not compile (the caller then uses another path).
 GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& symbol);
+
+// The weight (and, for layer norm, bias) gradients of a graph of one
+// layer_norm_backward or rms_norm_backward node: a second kernel of the same
+// node, whose IR output is dx only. Launch contract at the top of
+// host_codegen_norm_param_grad.cpp. Throws Error(kInvalidArgument) for other
+// graphs.
+GeneratedKernel generate_norm_param_grad_kernel(const ir::Graph& graph, const std::string& symbol);
 
 // A complete C++ translation unit: the launch ABI and shared helpers once,
 // then the kernels (one for a run-time compile, many for the AOT library).

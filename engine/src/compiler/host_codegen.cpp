@@ -206,7 +206,7 @@ class Emitter {
       throw Error(ErrorKind::kInvalidArgument, "[host codegen] rank above " + std::to_string(kMaxRank));
     for (const auto& node : graph_.nodes()) {
       if (!host_codegen_supports(node.op) || detail::host_reduction_supports(node.op) ||
-          detail::host_softmax_supports(node.op))
+          detail::host_softmax_supports(node.op) || detail::host_indexing_supports(node.op))
         throw Error(ErrorKind::kInvalidArgument,
                     "[host codegen] " + std::string(ir::name(node.op)) + " is not an elementwise op");
       if (node.op != OpKind::Input && node.op != OpKind::Constant && node.type.sizes != out_sizes)
@@ -384,7 +384,8 @@ class Emitter {
 }  // namespace
 
 bool host_codegen_supports(ir::OpKind op) {
-  if (detail::host_reduction_supports(op) || detail::host_softmax_supports(op)) return true;
+  if (detail::host_reduction_supports(op) || detail::host_softmax_supports(op) || detail::host_indexing_supports(op))
+    return true;
   switch (op) {
     case OpKind::Input:
     case OpKind::Constant:
@@ -398,6 +399,7 @@ GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& 
   for (const auto& node : graph.nodes()) {
     if (detail::host_reduction_supports(node.op)) return detail::emit_reduction(graph, symbol);
     if (detail::host_softmax_supports(node.op)) return detail::emit_softmax(graph, symbol);
+    if (detail::host_indexing_supports(node.op)) return detail::emit_indexing(graph, symbol);
   }
   return Emitter(graph).emit(symbol);
 }

@@ -20,4 +20,9 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
 bool host_softmax_supports(ir::OpKind op);
 GeneratedKernel emit_softmax(const ir::Graph& graph, const std::string& symbol);
 
+// index_select, embedding, gather, embedding_backward, index_add,
+// scatter_add, fill, arange: see host_codegen_indexing.cpp's launch contract.
+bool host_indexing_supports(ir::OpKind op);
+GeneratedKernel emit_indexing(const ir::Graph& graph, const std::string& symbol);
+
 }  // namespace vtpu::compiler::detail

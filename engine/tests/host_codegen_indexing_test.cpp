@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -112,8 +113,11 @@ VtpuTensorArg tensor_arg(void* data, const TensorType& t) {
   return arg;
 }
 
+std::atomic<int> split_launches{0};
+
 void threaded_for(std::int64_t total, std::int64_t grain, VtpuParallelBody body, void* context, void*) {
   std::vector<std::thread> threads;
+  if (total > grain) ++split_launches;
   const std::int64_t chunk = std::max<std::int64_t>(grain, (total + 4) / 5);
   for (std::int64_t begin = 0; begin < total; begin += chunk)
     threads.emplace_back([=] { body(begin, std::min(total, begin + chunk), context); });
@@ -145,12 +149,15 @@ class HostCodegenIndexing : public ::testing::Test {
 
   // Launches the case with `inputs` (the case's own when empty); the output
   // starts as `fill` bytes.
+  // The output is the graph's (contiguous) type unless `out_type` is given.
   static Output launch(const Case& c, VtpuParallelFor parallel_for, VtpuKernelStatus* status,
-                       std::uint8_t fill = 0, std::vector<ir::Buffer> inputs = {}) {
+                       std::uint8_t fill = 0, std::vector<ir::Buffer> inputs = {},
+                       const TensorType* out_type = nullptr) {
     if (inputs.empty()) inputs = c.inputs;
     Output out;
-    out.type = c.graph.type(c.graph.outputs()[0]);
-    out.storage.assign(static_cast<std::size_t>(out.type.numel() * ir::itemsize(out.type.dtype)) + 2 * kGuard, fill);
+    out.type = out_type != nullptr ? *out_type : c.graph.type(c.graph.outputs()[0]);
+    out.storage.assign(static_cast<std::size_t>(out.type.storage_extent() * ir::itemsize(out.type.dtype)) + 2 * kGuard,
+                       fill);
     std::fill(out.storage.begin(), out.storage.begin() + kGuard, kGuardByte);
     std::fill(out.storage.end() - kGuard, out.storage.end(), kGuardByte);
     std::vector<VtpuTensorArg> args{tensor_arg(out.data(), out.type)};
@@ -239,6 +246,14 @@ std::vector<Case>& HostCodegenIndexing::cases() {
     add("sadd_empty_index", OpKind::ScatterAdd, {dense(f32, {3, 4}), dense(i64, {0, 4}), dense(f32, {2, 4})}, dim(0), 3);
     add("sadd_long_line", OpKind::ScatterAdd, {dense(f32, {3, 3000}), dense(i64, {3, 5000}), dense(f32, {3, 5000})},
         dim(1), 3000);
+    // dim != last: blocks of neighbouring lines, partial blocks, lines
+    // partly outside the index, long lines (heap accumulator), strided.
+    add("sadd_blocks", OpKind::ScatterAdd, {dense(f32, {50, 40}), dense(i64, {300, 37}), dense(f32, {300, 40})}, dim(0),
+        50);
+    add("sadd_blocks_long", OpKind::ScatterAdd, {dense(f32, {3000, 20}), dense(i64, {4000, 20}),
+                                                 dense(f32, {4000, 20})}, dim(0), 3000);
+    add("sadd_blocks_strided", OpKind::ScatterAdd,
+        {strided(f32, {6, 4, 5}, {1, 30, 6}), strided(i64, {9, 3, 5}, {1, 45, 9}), dense(f32, {9, 4, 5})}, dim(0), 6);
     add("sadd_large", OpKind::ScatterAdd, {dense(f32, {64, 512}), dense(i64, {64, 1024}), dense(f32, {64, 1024})}, dim(1),
         512);
 
@@ -295,6 +310,7 @@ TEST_F(HostCodegenIndexing, EveryKernelMatchesTheInterpreterBitwise) {
 
 TEST_F(HostCodegenIndexing, ThreadedLaunchIsBitwiseTheSerialOne) {
   int accumulating = 0;
+  split_launches = 0;
   for (const auto& c : cases()) {
     const Output serial = launch(c, nullptr, nullptr);
     const Output threaded = launch(c, &threaded_for, nullptr);
@@ -302,6 +318,26 @@ TEST_F(HostCodegenIndexing, ThreadedLaunchIsBitwiseTheSerialOne) {
     accumulating += accumulates(c.graph.node(c.graph.outputs()[0]).op);
   }
   EXPECT_GE(accumulating, 15);
+  // The large cases really ran on several threads.
+  EXPECT_GE(split_launches.load(), 8);
+}
+
+// Outputs may have any strides: column-major outputs hold the same values.
+TEST_F(HostCodegenIndexing, StridedOutputsHoldTheSameValues) {
+  for (const std::string name : {"isel_f32", "isel_i64_strided", "emb_f32", "gather_f32_d1", "embb_pad_freq",
+                                 "iadd_alpha_i32", "sadd_f32_d0", "sadd_f32_d1", "fill_bf16_const"}) {
+    const Case& c = find(name);
+    TensorType t = c.graph.type(c.graph.outputs()[0]);
+    std::int64_t stride = 1;
+    for (std::size_t d = 0; d < t.sizes.size(); ++d) {
+      t.strides[d] = stride;
+      stride *= t.sizes[d];
+    }
+    Output got = launch(c, &threaded_for, nullptr, 0, {}, &t);
+    EXPECT_TRUE(got.guards_intact()) << name;
+    const ir::Buffer as_buffer{t, got.bytes()};
+    EXPECT_EQ(ir::to_doubles(as_buffer), ir::to_doubles(ir::interpret(c.graph, c.inputs)[0])) << name;
+  }
 }
 
 // Duplicates really occur in the accumulating cases (else the ownership
@@ -337,7 +373,8 @@ TEST_F(HostCodegenIndexing, OutOfRangeIndexIsReportedAndSkipped) {
       {"embb_bf16_i32", 5, -1, 6, 0},    {"iadd_f32", 2, 6, 6, 0},
       {"iadd_alpha_i32", 8, -4, 4, 1},   {"sadd_f32_d1", 21, 7, 7, 1},
       {"sadd_f32_d0", 0, 5, 5, 0},       {"sadd_i64", 50, -9, 4, 1},
-      {"sadd_strided", 5, 1000000, 6, 1},
+      {"sadd_strided", 5, 1000000, 6, 1},     {"sadd_blocks", 300 * 37 - 1, 50, 50, 0},
+      {"sadd_blocks_strided", 77, -1, 6, 0},  {"gather_i64_strided", 40, 5, 5, 1},
   };
   for (const auto& b : bad) {
     const Case& c = find(b.symbol);

@@ -176,15 +176,27 @@ static inline void for_each_source(const Sorted& s, int64_t n, int64_t r, IndexA
 
 constexpr const char* kIndexSelect = R"BODY(
 struct Ctx { View out, x, ix; int64_t n, inner; bool unit; VtpuKernelStatus* st; };
+// Work item w = (outer position o, index position j); the bases of o are
+// recomputed only when o changes, so a small inner slice costs little.
 void body(int64_t begin, int64_t end, void* raw) {
   const Ctx& c = *static_cast<const Ctx*>(raw);
   const int64_t bound = c.x.size[kDim];
+  int64_t o = begin / c.n, j = begin % c.n;
+  T* out_base = reinterpret_cast<T*>(c.out.p) + offset(c.out.size, c.out.stride, o, 0, kDim);
+  const T* x_base = reinterpret_cast<const T*>(c.x.p) + offset(c.out.size, c.x.stride, o, 0, kDim);
   for (int64_t w = begin; w < end; ++w) {
-    const int64_t o = w / c.n, j = w % c.n;
-    const int64_t v = index_at(c.ix, j * c.ix.stride[0]);
+    if (j == c.n) {
+      j = 0;
+      ++o;
+      out_base = reinterpret_cast<T*>(c.out.p) + offset(c.out.size, c.out.stride, o, 0, kDim);
+      x_base = reinterpret_cast<const T*>(c.x.p) + offset(c.out.size, c.x.stride, o, 0, kDim);
+    }
+    const int64_t jj = j++;
+    const int64_t v = index_at(c.ix, jj * c.ix.stride[0]);
     if (v < 0 || v >= bound) { vtpu_report_index(c.st, 1, v, bound, kDim); continue; }
-    T* dst = reinterpret_cast<T*>(c.out.p) + offset(c.out.size, c.out.stride, o, 0, kDim) + j * c.out.stride[kDim];
-    const T* src = reinterpret_cast<const T*>(c.x.p) + offset(c.out.size, c.x.stride, o, 0, kDim) + v * c.x.stride[kDim];
+    T* dst = out_base + jj * c.out.stride[kDim];
+    const T* src = x_base + v * c.x.stride[kDim];
+    if (c.inner == 1) { *dst = *src; continue; }
     if (c.unit) { std::memcpy(dst, src, static_cast<size_t>(c.inner) * sizeof(T)); continue; }
     for (int64_t e = 0; e < c.inner; ++e)
       dst[offset(c.out.size, c.out.stride, e, kDim + 1, kRank)] = src[offset(c.out.size, c.x.stride, e, kDim + 1, kRank)];
@@ -352,60 +364,78 @@ static void launch(const VtpuLaunchArgs* args) {
 }
 )BODY";
 
-// Work item = one line of self along kDim (all other coordinates fixed). The
-// line's outputs are accumulated in a buffer (the whole line, or tiles of it
-// when the line is long and the heap refuses), walking the index line in
+// Work item = a block of kLanes neighbouring lines of self along kDim (lines
+// that differ only in the last coordinate, so that loads and stores of one
+// step touch adjacent elements; one line when kDim is the last dim). The
+// block's outputs are accumulated in a buffer (whole lines, or tiles of them
+// when the lines are long and the heap refuses), walking the index lines in
 // order for each tile.
 constexpr const char* kScatterAdd = R"BODY(
-struct Ctx { View out, self, ix, src; VtpuKernelStatus* st; };
-constexpr int64_t kStackLine = 1024;
+struct Ctx { View out, self, ix, src; VtpuKernelStatus* st; int64_t lanes_size, blocks; };
+constexpr int kLast = kRank - 1;
+constexpr int64_t kLanes = kDim == kLast ? 1 : 16;
+constexpr int64_t kStackCells = 4096;
 void body(int64_t begin, int64_t end, void* raw) {
   const Ctx& c = *static_cast<const Ctx*>(raw);
   const int64_t S = c.self.size[kDim];
-  A stack[kStackLine];
+  A stack[kStackCells];
   A* acc = stack;
-  int64_t tile = S < kStackLine ? S : kStackLine;
+  int64_t tile = S < kStackCells / kLanes ? S : kStackCells / kLanes;
   A* heap = nullptr;
-  if (S > kStackLine) {
-    heap = static_cast<A*>(std::malloc(static_cast<size_t>(S) * sizeof(A)));
+  if (S > tile) {
+    heap = static_cast<A*>(std::malloc(static_cast<size_t>(S * kLanes) * sizeof(A)));
     if (heap != nullptr) { acc = heap; tile = S; }
   }
   const int64_t os = c.out.stride[kDim], ss = c.self.stride[kDim], is = c.ix.stride[kDim], rs = c.src.stride[kDim];
+  const int64_t ol = c.out.stride[kLast], sl = c.self.stride[kLast], il = c.ix.stride[kLast], rl = c.src.stride[kLast];
   for (int64_t w = begin; w < end; ++w) {
-    // The line's coordinates are inside the index's shape in every dim but kDim?
-    int64_t rest = w, io = 0, ro = 0;
-    bool inside = true;
+    const int64_t first_lane = (w % c.blocks) * kLanes;
+    const int64_t line = (w / c.blocks) * c.lanes_size + first_lane;
+    const int64_t lanes = c.lanes_size - first_lane < kLanes ? c.lanes_size - first_lane : kLanes;
+    // Lanes [0, inside) have coordinates inside the index's shape (in every dim but kDim).
+    int64_t rest = line, io = 0, ro = 0, inside = lanes;
     for (int d = kRank - 1; d >= 0; --d) {
       if (d == kDim) continue;
       const int64_t k = rest % c.self.size[d];
       rest /= c.self.size[d];
-      inside = inside && k < c.ix.size[d];
+      if (kLanes > 1 && d == kLast) inside = c.ix.size[d] - k < inside ? c.ix.size[d] - k : inside;
+      else if (k >= c.ix.size[d]) inside = 0;
       io += k * c.ix.stride[d];
       ro += k * c.src.stride[d];
     }
-    const int64_t M = inside ? c.ix.size[kDim] : 0;
-    T* out = reinterpret_cast<T*>(c.out.p) + offset(c.self.size, c.out.stride, w, 0, kRank, kDim);
-    const T* self = reinterpret_cast<const T*>(c.self.p) + offset(c.self.size, c.self.stride, w, 0, kRank, kDim);
+    if (inside < 0) inside = 0;
+    const int64_t M = inside > 0 ? c.ix.size[kDim] : 0;
+    T* out = reinterpret_cast<T*>(c.out.p) + offset(c.self.size, c.out.stride, line, 0, kRank, kDim);
+    const T* self = reinterpret_cast<const T*>(c.self.p) + offset(c.self.size, c.self.stride, line, 0, kRank, kDim);
     const T* src = reinterpret_cast<const T*>(c.src.p) + ro;
     for (int64_t t0 = 0; t0 < S; t0 += tile) {
       const int64_t m = S - t0 < tile ? S - t0 : tile;
-      for (int64_t t = 0; t < m; ++t) acc[t] = acc_load(self[(t0 + t) * ss]);
+      for (int64_t t = 0; t < m; ++t)
+        for (int64_t b = 0; b < lanes; ++b) acc[t * kLanes + b] = acc_load(self[(t0 + t) * ss + b * sl]);
       for (int64_t q = 0; q < M; ++q) {
-        const int64_t v = index_at(c.ix, io + q * is);
-        if (v < 0 || v >= S) { if (t0 == 0) vtpu_report_index(c.st, 1, v, S, kDim); continue; }
-        if (v >= t0 && v < t0 + m) acc[v - t0] += acc_load(src[q * rs]);
+        for (int64_t b = 0; b < inside; ++b) {
+          const int64_t v = index_at(c.ix, io + q * is + b * il);
+          if (v < 0 || v >= S) { if (t0 == 0) vtpu_report_index(c.st, 1, v, S, kDim); continue; }
+          if (v >= t0 && v < t0 + m) acc[(v - t0) * kLanes + b] += acc_load(src[q * rs + b * rl]);
+        }
       }
-      for (int64_t t = 0; t < m; ++t) out[(t0 + t) * os] = acc_store(acc[t]);
+      for (int64_t t = 0; t < m; ++t)
+        for (int64_t b = 0; b < lanes; ++b) out[(t0 + t) * os + b * ol] = acc_store(acc[t * kLanes + b]);
     }
   }
   std::free(heap);
 }
 static void launch(const VtpuLaunchArgs* args) {
   Ctx c{view_of(args, 0, kOutRank), view_of(args, 1, kOutRank), view_of(args, 2, kIndexRank),
-        view_of(args, 3, kSrcRank), args->status};
+        view_of(args, 3, kSrcRank), args->status, 1, 1};
   const int64_t S = c.self.size[kDim];
   if (numel(c.self.size, 0, kRank) <= 0) return;
-  run(args, numel(c.self.size, 0, kRank) / S, S + c.ix.size[kDim], &body, &c);
+  if (kLanes > 1) {
+    c.lanes_size = c.self.size[kLast];
+    c.blocks = (c.lanes_size + kLanes - 1) / kLanes;
+  }
+  const int64_t lines = numel(c.self.size, 0, kRank) / S;
+  run(args, lines / c.lanes_size * c.blocks, (S + c.ix.size[kDim]) * kLanes, &body, &c);
 }
 )BODY";
 

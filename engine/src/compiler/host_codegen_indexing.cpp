@@ -176,30 +176,30 @@ static inline void for_each_source(const Sorted& s, int64_t n, int64_t r, IndexA
 
 constexpr const char* kIndexSelect = R"BODY(
 struct Ctx { View out, x, ix; int64_t n, inner; bool unit; VtpuKernelStatus* st; };
-// Work item w = (outer position o, index position j); the bases of o are
-// recomputed only when o changes, so a small inner slice costs little.
+// Work item w = (outer position o, index position j), taken in runs of one
+// o at a time so that the outer bases are computed once per run and a
+// one-element slice is a plain load and store.
 void body(int64_t begin, int64_t end, void* raw) {
   const Ctx& c = *static_cast<const Ctx*>(raw);
-  const int64_t bound = c.x.size[kDim];
-  int64_t o = begin / c.n, j = begin % c.n;
-  T* out_base = reinterpret_cast<T*>(c.out.p) + offset(c.out.size, c.out.stride, o, 0, kDim);
-  const T* x_base = reinterpret_cast<const T*>(c.x.p) + offset(c.out.size, c.x.stride, o, 0, kDim);
-  for (int64_t w = begin; w < end; ++w) {
-    if (j == c.n) {
-      j = 0;
-      ++o;
-      out_base = reinterpret_cast<T*>(c.out.p) + offset(c.out.size, c.out.stride, o, 0, kDim);
-      x_base = reinterpret_cast<const T*>(c.x.p) + offset(c.out.size, c.x.stride, o, 0, kDim);
+  const int64_t bound = c.x.size[kDim], n = c.n, inner = c.inner;
+  const int64_t is = c.ix.stride[0], od = c.out.stride[kDim], xd = c.x.stride[kDim];
+  const I* ix = reinterpret_cast<const I*>(c.ix.p);
+  for (int64_t w = begin; w < end;) {
+    const int64_t o = w / n, j0 = w % n;
+    const int64_t j1 = end - w < n - j0 ? j0 + (end - w) : n;
+    w += j1 - j0;
+    T* out = reinterpret_cast<T*>(c.out.p) + offset(c.out.size, c.out.stride, o, 0, kDim);
+    const T* x = reinterpret_cast<const T*>(c.x.p) + offset(c.out.size, c.x.stride, o, 0, kDim);
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t v = static_cast<int64_t>(ix[j * is]);
+      if (v < 0 || v >= bound) { vtpu_report_index(c.st, 1, v, bound, kDim); continue; }
+      T* dst = out + j * od;
+      const T* src = x + v * xd;
+      if (inner == 1) { *dst = *src; continue; }
+      if (c.unit) { std::memcpy(dst, src, static_cast<size_t>(inner) * sizeof(T)); continue; }
+      for (int64_t e = 0; e < inner; ++e)
+        dst[offset(c.out.size, c.out.stride, e, kDim + 1, kRank)] = src[offset(c.out.size, c.x.stride, e, kDim + 1, kRank)];
     }
-    const int64_t jj = j++;
-    const int64_t v = index_at(c.ix, jj * c.ix.stride[0]);
-    if (v < 0 || v >= bound) { vtpu_report_index(c.st, 1, v, bound, kDim); continue; }
-    T* dst = out_base + jj * c.out.stride[kDim];
-    const T* src = x_base + v * c.x.stride[kDim];
-    if (c.inner == 1) { *dst = *src; continue; }
-    if (c.unit) { std::memcpy(dst, src, static_cast<size_t>(c.inner) * sizeof(T)); continue; }
-    for (int64_t e = 0; e < c.inner; ++e)
-      dst[offset(c.out.size, c.out.stride, e, kDim + 1, kRank)] = src[offset(c.out.size, c.x.stride, e, kDim + 1, kRank)];
   }
 }
 static void launch(const VtpuLaunchArgs* args) {
@@ -248,12 +248,13 @@ void body(int64_t begin, int64_t end, void* raw) {
   const int64_t xd = c.x.stride[kDim];
   T* out = reinterpret_cast<T*>(c.out.p);
   const T* x = reinterpret_cast<const T*>(c.x.p);
+  const I* ix = reinterpret_cast<const I*>(c.ix.p);
   for (int64_t r = begin; r < end; ++r) {
     const int64_t oo = offset(c.ix.size, c.out.stride, r, 0, kLast);
     const int64_t io = offset(c.ix.size, c.ix.stride, r, 0, kLast);
     const int64_t xo = offset(c.ix.size, c.xrow, r, 0, kLast);
     for (int64_t j = 0; j < len; ++j) {
-      const int64_t v = index_at(c.ix, io + j * is);
+      const int64_t v = static_cast<int64_t>(ix[io + j * is]);
       if (v < 0 || v >= bound) { vtpu_report_index(c.st, 1, v, bound, kDim); continue; }
       out[oo + j * os] = x[xo + j * xs + v * xd];
     }
@@ -281,16 +282,14 @@ void body(int64_t begin, int64_t end, void* raw) {
   auto at = [&](int64_t k) { return source_index(c, k); };
   for (int64_t r = begin; r < end; ++r) {
     T* dst = reinterpret_cast<T*>(c.out.p) + r * c.out.stride[0];
-    if (r == kPaddingIdx) {
-      for (int64_t e = 0; e < D; ++e) dst[e * os] = acc_store(A(0));
+    int64_t count = 0;
+    if (r != kPaddingIdx) for_each_source(c.sorted, c.n, r, at, [&](int64_t) { ++count; });
+    if (count == 0) {  // most rows of a large vocabulary: zeros (all-zero bits for the float types)
+      if (os == 1) std::memset(static_cast<void*>(dst), 0, static_cast<size_t>(D) * sizeof(T));
+      else for (int64_t e = 0; e < D; ++e) dst[e * os] = acc_store(A(0));
       continue;
     }
-    double scale = 1.0;
-    if (kScaleByFreq) {
-      int64_t count = 0;
-      for_each_source(c.sorted, c.n, r, at, [&](int64_t) { ++count; });
-      if (count > 0) scale = 1.0 / static_cast<double>(count);
-    }
+    const double scale = kScaleByFreq ? 1.0 / static_cast<double>(count) : 1.0;
     for (int64_t e0 = 0; e0 < D; e0 += kTile) {
       const int64_t m = D - e0 < kTile ? D - e0 : kTile;
       A acc[kTile];
@@ -300,7 +299,8 @@ void body(int64_t begin, int64_t end, void* raw) {
         if (gs == 1) { for (int64_t t = 0; t < m; ++t) acc[t] += scaled(acc_load(src[t]), scale); }
         else { for (int64_t t = 0; t < m; ++t) acc[t] += scaled(acc_load(src[t * gs]), scale); }
       });
-      for (int64_t t = 0; t < m; ++t) dst[(e0 + t) * os] = acc_store(acc[t]);
+      if (os == 1) { for (int64_t t = 0; t < m; ++t) dst[e0 + t] = acc_store(acc[t]); }
+      else { for (int64_t t = 0; t < m; ++t) dst[(e0 + t) * os] = acc_store(acc[t]); }
     }
   }
 }

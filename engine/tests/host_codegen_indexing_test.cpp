@@ -287,6 +287,16 @@ std::vector<Case>& HostCodegenIndexing::cases() {
     add_source("arange_bf16", OpKind::Arange, arange_attrs(bf16, 64), {scalar(bf16, 2.0), scalar(bf16, 0.5)}, {});
     add_source("arange_empty", OpKind::Arange, arange_attrs(i32, 0), {scalar(i32, 0), scalar(i32, 1)}, {});
     add_source("arange_large", OpKind::Arange, arange_attrs(f32, 100000), {scalar(f32, 0.0), scalar(f32, 0.001)}, {});
+    // Constants are scalars in node order: here step's node comes first.
+    {
+      Case c;
+      c.symbol = "ix" + std::to_string(cs.size()) + "_arange_const_node_order";
+      const auto step = c.graph.add_node(OpKind::Constant, {}, {{"value", 0.75}});
+      const auto start = c.graph.add_node(OpKind::Constant, {}, {{"value", -2.0}});
+      c.graph.mark_output(c.graph.add_node(OpKind::Arange, {start, step}, arange_attrs(f32, 9)));
+      c.scalars = {0.75, -2.0};
+      cs.push_back(std::move(c));
+    }
     return cs;
   }();
   return all;

@@ -41,8 +41,8 @@
 //     Constant node, args->scalars[0] holds its value instead.
 //   arange(start, step) size, dtype: tensors = {out (1-dim, any stride)},
 //     then those of start and step that are graph inputs (0-dim tensors);
-//     Constant operands are args->scalars, in node order (as in
-//     host_codegen.h). Element i = start + i * step, computed in double
+//     Constant operands are args->scalars: one per Constant node of the
+//     graph, in node order (as in host_codegen.h), not operand order. Element i = start + i * step, computed in double
 //     (floating outputs) or wrapping int64 (integer outputs).
 //
 // Accumulations round once: floating data sum in double, integers in
@@ -487,8 +487,7 @@ int wrap_dim(const ir::Node& node, int rank) {
 // The generated load of a source op's operand `k` as V (double for floating
 // outputs, int64 otherwise), converted as the interpreter's load_double /
 // load_int do. Inputs are tensors in operand order; Constants are scalars.
-std::string operand_function(const ir::Graph& graph, const ir::Node& node, int k, bool floating, int* tensor,
-                             int* scalar) {
+std::string operand_function(const ir::Graph& graph, const ir::Node& node, int k, bool floating, int* tensor) {
   const ir::ValueId id = node.inputs[static_cast<std::size_t>(k)];
   const ir::Node& operand = graph.node(id);
   const std::string st = storage_type(operand.type.dtype);
@@ -498,7 +497,9 @@ std::string operand_function(const ir::Graph& graph, const ir::Node& node, int k
     s << "  const auto raw = vtpu_load(*static_cast<const " << st << "*>(args->tensors[" << (*tensor)++ << "].data));\n";
   } else {
     // The Constant's value arrives as a double and is first rounded to its dtype.
-    s << "  const auto raw = vtpu_load(vtpu_store_t<" << st << ">::of(args->scalars[" << (*scalar)++ << "]));\n";
+    int scalar = 0;  // Constants are scalars in node order (host_codegen.h)
+    for (ir::ValueId other = 0; other < id; ++other) scalar += graph.node(other).op == OpKind::Constant;
+    s << "  const auto raw = vtpu_load(vtpu_store_t<" << st << ">::of(args->scalars[" << scalar << "]));\n";
   }
   if (floating || !ir::is_floating(operand.type.dtype)) {
     s << "  return static_cast<V>(raw);\n}\n";
@@ -560,9 +561,9 @@ GeneratedKernel emit_indexing(const ir::Graph& graph, const std::string& symbol)
     << "constexpr int kOutRank = " << out_rank << ";\n";
   if (is_source(node.op)) {
     s << "using I = int64_t;\nusing V = " << (ir::is_floating(data) ? "double" : "int64_t") << ";\n" << kHelpers;
-    int tensor = 1, scalar = 0;
+    int tensor = 1;
     for (int k = 0; k < static_cast<int>(node.inputs.size()); ++k)
-      s << operand_function(graph, node, k, ir::is_floating(data), &tensor, &scalar);
+      s << operand_function(graph, node, k, ir::is_floating(data), &tensor);
     if (node.op == OpKind::Arange && out_rank != 1) refuse(node.op, "expected a 1-dim output");
     s << (node.op == OpKind::Fill ? kFill : kArange);
   } else {

@@ -26,7 +26,7 @@ struct GeneratedKernel {
 
 // A graph of elementwise ops, or one reduction (sum, mean, prod, amax, amin)
 // of one input; see host_codegen_reduction.cpp for the reduction launch
-// contract. Throws Error(kInvalidArgument) naming the op when the graph holds
+// contract, host_codegen_indexing.cpp for the indexing and source ops'. Throws Error(kInvalidArgument) naming the op when the graph holds
 // an op the host generator does not compile (the caller then uses another path).
 GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& symbol);
 

@@ -37,20 +37,29 @@
 //   scatter_add(self, index, src) dim: tensors = {out, self, index, src}.
 //     bound = self.size(dim).
 //   fill(value) sizes, dtype: tensors = {out (any strides)}, plus {value}
-//     when the operand is a graph input (a 0-dim tensor); when it is a
-//     Constant node, args->scalars[0] holds its value instead.
+//     when the operand is a graph input (a 0-dim tensor of any dtype); when
+//     it is a Constant node, its value is args->scalars[0] instead.
 //   arange(start, step) size, dtype: tensors = {out (1-dim, any stride)},
 //     then those of start and step that are graph inputs (0-dim tensors);
 //     Constant operands are args->scalars: one per Constant node of the
-//     graph, in node order (as in host_codegen.h), not operand order. Element i = start + i * step, computed in double
-//     (floating outputs) or wrapping int64 (integer outputs).
+//     graph, in node order (as in host_codegen.h), not operand order.
+//     Element i = start + i * step, computed in double (floating outputs)
+//     or wrapping int64 (integer outputs), so no element depends on the
+//     rounding of the one before.
+//   Source operands convert as the interpreter's loads do: to double for a
+//   floating output; to int64 for an integer or bool output (a floating
+//   operand truncates toward zero, saturating; NaN gives 0).
+//   A 0-dim x/self of index_select, gather, index_add or scatter_add is
+//   addressed as shape [1] (dim 0 or -1).
 //
 // Accumulations round once: floating data sum in double, integers in
 // wrapping int64, each output element owned by one thread that adds its
-// contributions in index order, so results equal the interpreter's and do not
-// depend on the thread count (no atomics). embedding_backward and index_add
-// first sort the index positions by target (a serial counting sort, O(n +
-// bound)); scatter_add walks each line along dim once per tile of its outputs.
+// contributions in index order, so results equal the interpreter's bit for
+// bit and do not depend on the thread count (no atomics). embedding_backward
+// and index_add first sort the index positions by target (a serial counting
+// sort, O(n + bound), with n-and-bound-sized heap scratch; without it they
+// scan the index per target); scatter_add walks each index line once per tile
+// of its outputs, 16 neighbouring lines at a time when dim is not the last.
 #include <cmath>
 #include <sstream>
 #include <string>

@@ -59,7 +59,7 @@
 // and index_add first sort the index positions by target (a serial counting
 // sort, O(n + bound), with n-and-bound-sized heap scratch; without it they
 // scan the index per target); scatter_add walks each index line once per tile
-// of its outputs, 16 neighbouring lines at a time when dim is not the last.
+// of its outputs, 32 neighbouring lines at a time when dim is not the last.
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -382,7 +382,7 @@ static void launch(const VtpuLaunchArgs* args) {
 constexpr const char* kScatterAdd = R"BODY(
 struct Ctx { View out, self, ix, src; VtpuKernelStatus* st; int64_t lanes_size, blocks; };
 constexpr int kLast = kRank - 1;
-constexpr int64_t kLanes = kDim == kLast ? 1 : 16;
+constexpr int64_t kLanes = kDim == kLast ? 1 : 32;
 constexpr int64_t kStackCells = 4096;
 void body(int64_t begin, int64_t end, void* raw) {
   const Ctx& c = *static_cast<const Ctx*>(raw);

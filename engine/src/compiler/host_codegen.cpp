@@ -207,7 +207,7 @@ class Emitter {
     for (const auto& node : graph_.nodes()) {
       if (!host_codegen_supports(node.op) || detail::host_reduction_supports(node.op) ||
           detail::host_softmax_supports(node.op) || detail::host_reduction_stats_supports(node.op) ||
-          detail::host_norm_supports(node.op))
+          detail::host_norm_supports(node.op) || detail::host_indexing_supports(node.op))
         throw Error(ErrorKind::kInvalidArgument,
                     "[host codegen] " + std::string(ir::name(node.op)) + " is not an elementwise op");
       if (node.op != OpKind::Input && node.op != OpKind::Constant && node.type.sizes != out_sizes)
@@ -393,7 +393,8 @@ class Emitter {
 
 bool host_codegen_supports(ir::OpKind op) {
   if (detail::host_reduction_supports(op) || detail::host_softmax_supports(op) ||
-      detail::host_reduction_stats_supports(op) || detail::host_norm_supports(op))
+      detail::host_reduction_stats_supports(op) || detail::host_norm_supports(op) ||
+      detail::host_indexing_supports(op))
     return true;
   switch (op) {
     case OpKind::Input:
@@ -428,6 +429,7 @@ GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& 
     if (detail::host_softmax_supports(node.op)) return detail::emit_softmax(graph, symbol);
     if (detail::host_reduction_stats_supports(node.op)) return detail::emit_reduction_stats(graph, symbol);
     if (detail::host_norm_supports(node.op)) return detail::emit_norm(graph, symbol);
+    if (detail::host_indexing_supports(node.op)) return detail::emit_indexing(graph, symbol);
   }
   return Emitter(graph).emit(symbol);
 }

@@ -30,4 +30,9 @@ GeneratedKernel emit_norm(const ir::Graph& graph, const std::string& symbol);
 // dweight/dbias of a norm backward node (host_codegen_norm_param_grad.cpp).
 GeneratedKernel emit_norm_param_grads(const ir::Graph& graph, const std::string& symbol);
 
+// index_select, embedding, gather, embedding_backward, index_add,
+// scatter_add, fill, arange: see host_codegen_indexing.cpp's launch contract.
+bool host_indexing_supports(ir::OpKind op);
+GeneratedKernel emit_indexing(const ir::Graph& graph, const std::string& symbol);
+
 }  // namespace vtpu::compiler::detail

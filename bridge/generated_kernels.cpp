@@ -17,6 +17,7 @@
 #include "aten_bridge.h"
 #include "device_context.h"
 #include "vtpu/cache/compile_cache.h"
+#include "vtpu/compiler/host_codegen.h"
 #include "vtpu/compiler/kernel_provider.h"
 #include "vtpu/ir/graph.h"
 #include "vtpu/runtime/error.h"
@@ -52,6 +53,22 @@ std::optional<std::string> aot_library_path() {
   const auto path = std::filesystem::path(info.dli_fname).parent_path() / "libvtpu_kernels.so";
   if (!std::filesystem::exists(path)) return std::nullopt;
   return path.string();
+}
+
+c10::ScalarType from_ir(ir::DType t) {
+  switch (t) {
+    case ir::DType::kBool: return at::kBool;
+    case ir::DType::kUInt8: return at::kByte;
+    case ir::DType::kInt8: return at::kChar;
+    case ir::DType::kInt16: return at::kShort;
+    case ir::DType::kInt32: return at::kInt;
+    case ir::DType::kInt64: return at::kLong;
+    case ir::DType::kFloat16: return at::kHalf;
+    case ir::DType::kBFloat16: return at::kBFloat16;
+    case ir::DType::kFloat32: return at::kFloat;
+    case ir::DType::kFloat64: return at::kDouble;
+  }
+  return at::kFloat;
 }
 
 compiler::KernelProvider* provider() {
@@ -102,6 +119,18 @@ KernelTensor kernel_tensor(const at::Tensor& t, c10::IntArrayRef out_sizes) {
       const auto src = static_cast<int64_t>(d - pad);
       k.arg.strides[d] = (t.size(src) == 1 && out_sizes[d] != 1) ? 0 : t.stride(src);
     }
+  }
+  return k;
+}
+
+// A tensor described in its own rank (the indexing kernels' contract).
+KernelTensor own_rank_kernel_tensor(const at::Tensor& t) {
+  KernelTensor k;
+  k.storage = t.storage();
+  k.byte_offset = t.storage_offset() * static_cast<std::int64_t>(t.itemsize());
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    k.arg.sizes[d] = t.size(d);
+    k.arg.strides[d] = t.stride(d);
   }
   return k;
 }
@@ -174,6 +203,8 @@ compiler::VtpuKernelFn resolve_kernel(ir::Graph& graph, const at::Tensor& out, c
 
 }  // namespace
 
+std::optional<ir::DType> to_ir_dtype(c10::ScalarType t) { return to_ir(t); }
+
 bool generated_kernels_enabled() {
   static const bool enabled = [] {
     // On by default; VTPU_GENERATED_KERNELS=0 runs ATen's CPU kernels instead.
@@ -196,7 +227,6 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
   ir::Graph graph;
   std::vector<ir::ValueId> ids;
   std::vector<at::Tensor> device_inputs;
-  std::vector<double> scalars;  // Constant values, in node order: launch arguments
   for (const at::Tensor& t : inputs) {
     const auto dtype = to_ir(t.scalar_type());
     if (!dtype || t.is_conj() || t.is_neg()) return false;
@@ -212,7 +242,6 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
                            : value.isIntegral(false) ? ir::AttrValue(value.toLong())
                                                      : ir::AttrValue(value.toDouble());
       ids.push_back(graph.add_node(ir::OpKind::Constant, {}, {{"value", attr}}));
-      scalars.push_back(value.toDouble());
     } else {
       return false;
     }
@@ -225,12 +254,54 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
   tensors.push_back(flat ? flat_kernel_tensor(out) : kernel_tensor(out, out.sizes()));
   for (const at::Tensor& t : device_inputs)
     tensors.push_back(flat ? flat_kernel_tensor(t) : kernel_tensor(t, out.sizes()));
-  enqueue(fn, op, static_cast<std::int64_t>(iter_sizes.size()), std::move(tensors), std::move(scalars));
+  // Constant values and run-time attributes (alpha, value, ...), in node order.
+  enqueue(fn, op, static_cast<std::int64_t>(iter_sizes.size()), std::move(tensors), compiler::launch_scalars(graph));
   return true;
 }
 
+at::Tensor launch_generated_indexed(ir::OpKind op, at::Tensor out, c10::ArrayRef<at::Tensor> inputs,
+                                   const ir::Attributes& attrs) {
+  ir::Graph graph;
+  std::vector<ir::ValueId> ids;
+  std::vector<at::Tensor> device_inputs;
+  for (const at::Tensor& t : inputs) {
+    const auto dtype = to_ir(t.scalar_type());
+    if (!dtype || t.is_conj() || t.is_neg() || t.dim() > compiler::kMaxRank) return {};
+    if (t.device().type() == kVtpu) {
+      ids.push_back(graph.add_input(ir::TensorType{*dtype, t.sizes().vec(), t.strides().vec()}));
+      device_inputs.push_back(t);
+    } else if (t.device().is_cpu() && t.dim() == 0 && t.unsafeGetTensorImpl()->is_wrapped_number()) {
+      const c10::Scalar value = t.item();
+      ir::AttrValue attr = value.isBoolean() ? ir::AttrValue(value.toBool())
+                           : value.isIntegral(false) ? ir::AttrValue(value.toLong())
+                                                     : ir::AttrValue(value.toDouble());
+      ids.push_back(graph.add_node(ir::OpKind::Constant, {}, {{"value", attr}}));
+    } else {
+      return {};
+    }
+  }
+  ir::ValueId result = -1;
+  try {
+    result = graph.add_node(op, ids, attrs);
+  } catch (const runtime::Error&) {
+    return {};  // not what the IR accepts: ATen's kernel raises its own error
+  }
+  const ir::TensorType type = graph.type(result);
+  if (type.rank() > static_cast<std::size_t>(compiler::kMaxRank)) return {};
+  if (!out.defined()) out = empty_device(type.sizes, from_ir(type.dtype));
+  if (out.device().type() != kVtpu || out.dim() > compiler::kMaxRank) return {};
+  const compiler::VtpuKernelFn fn = resolve_kernel(graph, out, out.sizes(), [&] { return result; });
+  if (fn == nullptr) return {};
+  std::vector<KernelTensor> tensors;
+  tensors.push_back(own_rank_kernel_tensor(out));
+  for (const at::Tensor& t : device_inputs) tensors.push_back(own_rank_kernel_tensor(t));
+  enqueue(fn, op, out.dim(), std::move(tensors), compiler::launch_scalars(graph));
+  return out;
+}
+
 bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::Tensor& input,
-                                std::vector<std::int64_t> dims, bool keepdim) {
+                                std::vector<std::int64_t> dims, bool keepdim, const ir::Attributes& extra,
+                                std::vector<double> scalars) {
   const auto in_dtype = to_ir(input.scalar_type());
   if (input.device().type() != kVtpu || out.device().type() != kVtpu || !in_dtype || input.dim() > compiler::kMaxRank ||
       input.is_conj() || input.is_neg() || !to_ir(out.scalar_type()))
@@ -244,8 +315,11 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
   ir::Graph graph;
   const compiler::VtpuKernelFn fn = resolve_kernel(graph, out, out.sizes(), [&] {
     const ir::ValueId x = graph.add_input(ir::TensorType{*in_dtype, input.sizes().vec(), input.strides().vec()});
-    ir::Attributes attrs{{"dims", dims}, {"keepdim", keepdim}};
-    if (out.scalar_type() != input.scalar_type()) attrs.set("dtype", *to_ir(out.scalar_type()));
+    ir::Attributes attrs = extra;
+    attrs.set("dims", dims);
+    attrs.set("keepdim", keepdim);
+    if (out.scalar_type() != input.scalar_type() && op != ir::OpKind::Argmax && op != ir::OpKind::Argmin)
+      attrs.set("dtype", *to_ir(out.scalar_type()));
     return graph.add_node(op, {x}, attrs);
   });
   if (fn == nullptr) return false;
@@ -266,7 +340,7 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
   std::vector<KernelTensor> tensors;
   tensors.push_back(std::move(out_tensor));
   tensors.push_back(kernel_tensor(input, input.sizes()));
-  enqueue(fn, op, rank, std::move(tensors));
+  enqueue(fn, op, rank, std::move(tensors), std::move(scalars));
   return true;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ namespace vtpu::bridge {
 
 bool generated_kernels_enabled();
 
+// The IR dtype of a torch dtype; nullopt for the ones the IR lacks (complex, ...).
+std::optional<ir::DType> to_ir_dtype(c10::ScalarType t);
+
 // Runs `op` over `inputs` into `out` (already allocated with the op's result
 // geometry) on a generated kernel. Returns false, having done nothing, when
 // the op/dtypes/operands are outside what the generator handles or the
@@ -29,8 +33,18 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
 
 // A reduction of `input` over `dims` (empty: all) into `out`, which has the
 // reduced shape (keepdim or not). Same contract as launch_generated.
+// `extra` attributes go on the reduction node (correction, p); `scalars` are
+// the kernel's launch scalars (host_codegen_reduction_stats.cpp's contract).
 bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::Tensor& input,
-                                std::vector<std::int64_t> dims, bool keepdim);
+                                std::vector<std::int64_t> dims, bool keepdim, const ir::Attributes& extra = {},
+                                std::vector<double> scalars = {});
+
+// Indexing and source ops (host_codegen_indexing.cpp): every tensor in its own
+// rank; Python scalars become Constants. An undefined `out` is allocated from
+// the IR's inferred type. Returns the output, or an undefined tensor when the
+// op stays on ATen's kernel (nothing queued).
+at::Tensor launch_generated_indexed(ir::OpKind op, at::Tensor out, c10::ArrayRef<at::Tensor> inputs,
+                                    const ir::Attributes& attrs);
 
 struct GeneratedKernelStats {
   std::uint64_t launches = 0;

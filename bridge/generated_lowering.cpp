@@ -4,7 +4,9 @@
 #include <ATen/native/TypeProperties.h>
 
 #include <functional>
+#include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -116,16 +118,128 @@ const std::unordered_map<std::string, Lowering>& table() {
   return *lowerings;
 }
 
+// Ops whose arguments need more than the table's shape: each returns the
+// result it queued, or an undefined tensor to leave the op to ATen.
+using CustomLowering = std::function<at::Tensor(Args)>;
+
+std::vector<std::int64_t> optional_dims(const c10::IValue& v) {
+  if (v.isNone()) return {};
+  if (v.isInt()) return {v.toInt()};
+  return v.toIntVector();
+}
+
+// arange's length as ATen computes it; nullopt for the arguments ATen rejects
+// (then ATen raises its own error).
+std::optional<std::int64_t> arange_length(const c10::Scalar& start, const c10::Scalar& end, const c10::Scalar& step,
+                                          c10::ScalarType dtype) {
+  const double s = start.toDouble(), e = end.toDouble(), d = step.toDouble();
+  if (d == 0 || !std::isfinite(s) || !std::isfinite(e) || (d > 0 && e < s) || (d < 0 && e > s)) return std::nullopt;
+  double length = 0;
+  if (dtype == at::kLong) {
+    const std::int64_t xs = start.toLong(), xe = end.toLong(), xd = step.toLong();
+    if (xd == 0) return std::nullopt;
+    const std::int64_t sign = (xd > 0) - (xd < 0);
+    length = static_cast<double>((xe - xs + xd - sign) / xd);  // integer division, as ATen
+  } else {
+    length = std::ceil((e - s) / d);
+  }
+  if (!(length >= 0) || length > 1e15) return std::nullopt;
+  return static_cast<std::int64_t>(length);
+}
+
+const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
+  static const auto* lowerings = [] {
+    auto* t = new std::unordered_map<std::string, CustomLowering>();
+    auto index_select = [](Args a, at::Tensor out) {
+      return launch_generated_indexed(OpKind::IndexSelect, std::move(out), {a[0].toTensor(), a[2].toTensor()},
+                                      {{"dim", a[1].toInt()}});
+    };
+    t->emplace("aten::index_select", [=](Args a) { return index_select(a, {}); });
+    t->emplace("aten::index_select.out", [=](Args a) { return index_select(a, a[3].toTensor()); });
+    auto gather = [](Args a, at::Tensor out) {
+      return launch_generated_indexed(OpKind::Gather, std::move(out), {a[0].toTensor(), a[2].toTensor()},
+                                      {{"dim", a[1].toInt()}});
+    };
+    t->emplace("aten::gather", [=](Args a) { return gather(a, {}); });
+    t->emplace("aten::gather.out", [=](Args a) { return gather(a, a[4].toTensor()); });
+    t->emplace("aten::embedding_dense_backward", [](Args a) {
+      return launch_generated_indexed(
+          OpKind::EmbeddingBackward, {}, {a[0].toTensor(), a[1].toTensor()},
+          {{"num_weights", a[2].toInt()}, {"padding_idx", a[3].toInt()}, {"scale_grad_by_freq", a[4].toBool()}});
+    });
+    t->emplace("aten::arange.start_out", [](Args a) -> at::Tensor {
+      at::Tensor out = a[3].toTensor();
+      const auto dtype = out.scalar_type();
+      if (dtype != at::kLong && dtype != at::kFloat && dtype != at::kDouble) return {};
+      const auto length = arange_length(a[0].toScalar(), a[1].toScalar(), a[2].toScalar(), dtype);
+      if (!length) return {};
+      if (out.numel() != *length) out.resize_({*length});
+      if (!out.is_contiguous()) return {};
+      return launch_generated_indexed(OpKind::Arange, out, {wrapped(a[0].toScalar()), wrapped(a[2].toScalar())},
+                                      {{"size", *length}, {"dtype", *to_ir_dtype(dtype)}});
+    });
+    // Reductions with a statistic: the stats kernels' launch scalars.
+    auto arg_extremum = [](OpKind kind) {
+      return [kind](Args a) -> at::Tensor {
+        at::Tensor out = a[3].toTensor();
+        return launch_generated_reduction(kind, out, a[0].toTensor(), optional_dims(a[1]), a[2].toBool()) ? out
+                                                                                                           : at::Tensor();
+      };
+    };
+    t->emplace("aten::argmax.out", arg_extremum(OpKind::Argmax));
+    t->emplace("aten::argmin.out", arg_extremum(OpKind::Argmin));
+    auto variance = [](OpKind kind) {
+      return [kind](Args a) -> at::Tensor {
+        // (self, dim?, *, correction?, keepdim, out)
+        const double correction = a[2].isNone() ? 1.0 : a[2].toScalar().toDouble();
+        at::Tensor out = a[4].toTensor();
+        return launch_generated_reduction(kind, out, a[0].toTensor(), optional_dims(a[1]), a[3].toBool(),
+                                          {{"correction", correction}}, {correction})
+                   ? out
+                   : at::Tensor();
+      };
+    };
+    t->emplace("aten::var.correction_out", variance(OpKind::Var));
+    t->emplace("aten::std.correction_out", variance(OpKind::Std));
+    t->emplace("aten::logsumexp.out", [](Args a) -> at::Tensor {
+      at::Tensor out = a[3].toTensor();
+      return launch_generated_reduction(OpKind::LogSumExp, out, a[0].toTensor(), optional_dims(a[1]), a[2].toBool())
+                 ? out
+                 : at::Tensor();
+    });
+    t->emplace("aten::linalg_vector_norm.out", [](Args a) -> at::Tensor {
+      // (self, ord, dim?, keepdim, *, dtype?, out)
+      if (!a[4].isNone()) return {};
+      const double p = a[1].toScalar().toDouble();
+      at::Tensor out = a[5].toTensor();
+      return launch_generated_reduction(OpKind::Norm, out, a[0].toTensor(), optional_dims(a[2]), a[3].toBool(),
+                                        {{"p", p}}, {p})
+                 ? out
+                 : at::Tensor();
+    });
+    return t;
+  }();
+  return *lowerings;
+}
+
 }  // namespace
 
 bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const auto& name = op.operator_name();
   const std::string key = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  const std::size_t num_args = schema.arguments().size();
+  if (const auto custom = custom_lowerings().find(key); custom != custom_lowerings().end()) {
+    const Args args(stack->data() + (stack->size() - num_args), num_args);
+    at::Tensor result = custom->second(args);
+    if (!result.defined()) return false;
+    stack->erase(stack->end() - static_cast<std::ptrdiff_t>(num_args), stack->end());
+    stack->emplace_back(std::move(result));
+    return true;
+  }
   const auto found = table().find(key);
   if (found == table().end()) return false;
   const Lowering& lowering = found->second;
-  const std::size_t num_args = schema.arguments().size();
   const Args args(stack->data() + (stack->size() - num_args), num_args);
   std::vector<at::Tensor> operands;
   for (int position : lowering.operands) {

@@ -204,6 +204,12 @@ Stack host_arguments(const c10::FunctionSchema& schema, const Stack& stack, std:
   return host;
 }
 
+// The dispatcher's "no kernel" error, as opposed to a kernel refusing a
+// dtype ("not implemented for 'Float'"), which is the user's error.
+bool is_missing_kernel(const c10::NotImplementedError& error) {
+  return error.msg().find("Could not run") != std::string::npos;
+}
+
 // Test-only: the next kernel of this op (e.g. "aten::mm") adds 1 to its
 // first floating result, so that the CPU cross-check can prove it catches a
 // wrong kernel. Set through torch_vtpu._C._debug_corrupt_next.
@@ -244,9 +250,10 @@ void run_synchronously(const c10::OperatorHandle& op, Stack* stack, const char* 
   try {
     op.callBoxed(host);
   } catch (c10::NotImplementedError& error) {
-    error.add_context("[vtpu] " + op_name(op) +
-                      " has no vtpu kernel, and ATen has no CPU kernel to run it on the host-kernel path");
-    throw;
+    if (is_missing_kernel(error))
+      error.add_context("[vtpu] " + op_name(op) +
+                        " has no vtpu kernel, and ATen has no CPU kernel to run it on the host-kernel path");
+    rethrow_annotated(std::current_exception(), op_name(op), capture_call_site());
   } catch (const c10::Error&) {
     rethrow_annotated(std::current_exception(), op_name(op), capture_call_site());
   }
@@ -462,8 +469,9 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         maybe_corrupt(name, fresh_host);
       }
     } catch (c10::NotImplementedError& error) {
-      error.add_context("[vtpu] " + name +
-                        " has no vtpu kernel, and ATen has no CPU kernel to run it on the host-kernel path");
+      if (is_missing_kernel(error))
+        error.add_context("[vtpu] " + name +
+                          " has no vtpu kernel, and ATen has no CPU kernel to run it on the host-kernel path");
       throw;
     }
   }, name);

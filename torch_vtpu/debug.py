@@ -53,6 +53,10 @@ _state = {
 }
 
 
+# Ops each check has looked at (tests use it to see that a check ran).
+_counts = {"nans": 0, "crosscheck": 0}
+
+
 def _check_bool(value: Any, what: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{what} expects a bool, got {type(value).__name__}")
@@ -194,6 +198,8 @@ class _Checker(TorchDispatchMode):
         out = func(*args, **kwargs)
         flat_out, _ = tree_flatten(out)
 
+        if nans:
+            _counts["nans"] += 1
         if inputs_finite:
             for o in flat_out:
                 if _is_vtpu(o) and not _finite(o):
@@ -212,6 +218,7 @@ class _Checker(TorchDispatchMode):
             reference = func(*cpu_args[0], **cpu_args[1])
         except Exception:  # no CPU kernel for this form: nothing to compare with
             return
+        _counts["crosscheck"] += 1
         flat_ref, _ = tree_flatten(reference)
         for got, want in zip(flat_out, flat_ref):
             if not (isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor)):

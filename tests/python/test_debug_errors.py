@@ -197,3 +197,17 @@ def test_error_issued_by_autograd_backward_is_labelled(mode_name):
     assert str(info.value).startswith("[index_add] ")
     assert str(expected) in str(info.value)
     assert str(info.value).endswith("(issued from autograd backward or a thread without Python code)")
+
+
+def test_environment_turns_capture_off():
+    import subprocess
+    import sys
+
+    script = ("import torch, torch_vtpu\n"
+              "x = torch.ones(4, device='vtpu').index_select(0, torch.tensor([9], device='vtpu'))\n"
+              "try:\n    torch.vtpu.synchronize()\nexcept IndexError as e:\n    print(e)\n"
+              "print(torch_vtpu.debug.capture_call_sites())\n")
+    out = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, VTPU_CALL_SITES="0"),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[index_select] index out of range in self", "False"]

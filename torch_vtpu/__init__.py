@@ -52,8 +52,33 @@ def _register_device() -> None:
         )
 
 
+def _drain_autograd_device_thread() -> None:
+    """Autograd's vtpu worker thread drops the last reference to a finished
+    backward's graph task after the caller has moved on; that task holds Python
+    objects (torch stashes a contextvars context in it), and dropping them once
+    the interpreter is finalising aborts the process. A last tiny backward,
+    run on that thread without the stash, makes the thread finish the previous
+    iteration first; its own task holds no Python objects."""
+    from torch.autograd.variable import Variable
+
+    try:
+        with torch.enable_grad():
+            x = torch.zeros((), device="vtpu", requires_grad=True)
+            y = x * 1.0
+        Variable._execution_engine.run_backward((y,), (torch.ones((), device="vtpu"),), False, False, (),
+                                                True, True)
+    except Exception:  # best effort at exit: never let it mask the program's own outcome
+        pass
+
+
+def _shutdown() -> None:
+    debug._uninstall_checker()  # its dispatch mode is a Python object in autograd's TLS copy
+    _drain_autograd_device_thread()
+    _C._shutdown()
+
+
 _register_device()
 _set_library_paths()
-atexit.register(_C._shutdown)
+atexit.register(_shutdown)
 _modes._apply_env_mode()
 debug._sync_checker()

@@ -246,6 +246,16 @@ class _Checker(TorchDispatchMode):
 _checker: Optional[_Checker] = None
 
 
+def _uninstall_checker() -> None:
+    """At exit: remove the checker whatever the mode (see torch_vtpu._shutdown)."""
+    global _checker
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    if _checker is not None and _get_current_dispatch_mode() is _checker:
+        _checker.__exit__(None, None, None)
+        _checker = None
+
+
 def _sync_checker() -> None:
     """Install the checker while debug mode and a check are on; remove it otherwise."""
     global _checker

@@ -8,6 +8,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <cstdint>
+#include <string>
 
 namespace vtpu::bridge {
 
@@ -59,4 +60,10 @@ namespace vtpu::bridge {
 // Grows or shrinks a vtpu storage to `new_nbytes`, keeping the common prefix.
 // Waits for the stream first: queued kernels may still write the old bytes.
 void resize_storage_bytes(const c10::Storage& storage, std::size_t new_nbytes);
+}  // namespace vtpu::bridge
+
+namespace vtpu::bridge {
+// Test-only (torch_vtpu._C._debug_corrupt_next): the next host-kernel-path
+// kernel of `op` ("aten::mm") returns a wrong result; "" disarms.
+void debug_corrupt_next(const std::string& op);
 }  // namespace vtpu::bridge

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "call_site.h"
 #include "vtpu/runtime/memory_size.h"
 
 namespace vtpu::bridge {
@@ -103,15 +104,32 @@ void DeviceContext::set_mode(Mode mode) {
   mode_.store(mode, std::memory_order_release);
 }
 
-void DeviceContext::launch(std::function<void()> kernel) {
+void DeviceContext::launch(std::function<void()> kernel, std::string op) {
   metrics_.count_kernel();
-  // Autograd may run device work on a thread of its own; a kernel launched
-  // from inside a stream task (nested op) must not wait for itself.
-  if (mode() == Mode::kDebug || stream_->on_worker_thread()) {
+  // A kernel launched from inside a stream task (nested op) must not wait
+  // for itself; its errors are named by the enclosing task.
+  if (stream_->on_worker_thread()) {
     kernel();
     return;
   }
-  stream_->enqueue(std::move(kernel));
+  const CallSite site = capture_call_site();
+  if (mode() == Mode::kDebug) {
+    try {
+      kernel();
+    } catch (...) {
+      rethrow_annotated(std::current_exception(), op, site);
+    }
+    return;
+  }
+  // Naming the error needs the GIL (file and line of the site), which the
+  // worker must not take: it is done at the synchronisation that raises it.
+  stream_->enqueue([kernel = std::move(kernel), op = std::move(op), site] {
+    try {
+      kernel();
+    } catch (...) {
+      throw PendingOpError(std::current_exception(), op, site);
+    }
+  });
 }
 
 void DeviceContext::synchronize(const char* reason) {
@@ -124,7 +142,13 @@ void DeviceContext::synchronize(const char* reason) {
   } else {
     wait();
   }
-  if (std::exception_ptr error = stream_->take_error()) std::rethrow_exception(error);
+  if (std::exception_ptr error = stream_->take_error()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const PendingOpError& pending) {
+      rethrow_annotated(pending.original, pending.op, pending.site);
+    }
+  }
 }
 
 }  // namespace vtpu::bridge

@@ -63,7 +63,10 @@ class DeviceContext {
   void set_mode(Mode mode);
 
   // Runs `kernel` now (debug) or enqueues it (strict, fused), counting it.
-  void launch(std::function<void()> kernel);
+  // The op's Python call site is captured here, on the issuing thread; an
+  // error of the kernel is raised as "[op] message (issued at file:line in
+  // fn)": at once in debug, at the next synchronisation otherwise.
+  void launch(std::function<void()> kernel, std::string op = {});
 
   // Waits for the stream and raises the first asynchronous error, counting
   // the synchronisation under `reason`.

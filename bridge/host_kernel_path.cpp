@@ -9,12 +9,14 @@
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "aten_bridge.h"
+#include "call_site.h"
 #include "device_context.h"
 #include "generated_kernels.h"
 #include "generated_lowering.h"
@@ -202,11 +204,31 @@ Stack host_arguments(const c10::FunctionSchema& schema, const Stack& stack, std:
   return host;
 }
 
-void add_stream_context(c10::Error& error, const std::string& name) {
-  error.add_context("[vtpu] raised by " + name +
-                    " on the device stream; it was queued earlier, so the Python line above is "
-                    "where the error surfaced, not where the op was called (VTPU_MODE=debug "
-                    "raises at the op's own line)");
+// The dispatcher's "no kernel" error, as opposed to a kernel refusing a
+// dtype ("not implemented for 'Float'"), which is the user's error.
+bool is_missing_kernel(const c10::NotImplementedError& error) {
+  return error.msg().find("Could not run") != std::string::npos;
+}
+
+// Test-only: the next kernel of this op (e.g. "aten::mm") adds 1 to its
+// first floating result, so that the CPU cross-check can prove it catches a
+// wrong kernel. Set through torch_vtpu._C._debug_corrupt_next.
+std::mutex corrupt_mutex;
+std::string corrupt_next_op;
+std::atomic<bool> corrupt_armed{false};
+
+void maybe_corrupt(const std::string& name, const std::vector<at::Tensor>& results) {
+  if (!corrupt_armed.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(corrupt_mutex);
+  if (corrupt_next_op != name && corrupt_next_op != name.substr(0, name.find('.'))) return;
+  for (const at::Tensor& t : results) {
+    if (!t.defined() || !at::isFloatingType(t.scalar_type()) || t.numel() == 0) continue;
+    at::Tensor wrong = t;  // the CPU alias of the device buffer
+    wrong.add_(1);
+    corrupt_next_op.clear();
+    corrupt_armed = false;
+    return;
+  }
 }
 
 // Runs the op at once on a drained stream and maps its results back to the
@@ -228,9 +250,12 @@ void run_synchronously(const c10::OperatorHandle& op, Stack* stack, const char* 
   try {
     op.callBoxed(host);
   } catch (c10::NotImplementedError& error) {
-    error.add_context("[vtpu] " + op_name(op) +
-                      " has no vtpu kernel, and ATen has no CPU kernel to run it on the host-kernel path");
-    throw;
+    if (is_missing_kernel(error))
+      error.add_context("[vtpu] " + op_name(op) +
+                        " has no vtpu kernel, and ATen has no CPU kernel to run it on the host-kernel path");
+    rethrow_annotated(std::current_exception(), op_name(op), capture_call_site());
+  } catch (const c10::Error&) {
+    rethrow_annotated(std::current_exception(), op_name(op), capture_call_site());
   }
 
   auto to_device = [&](const at::Tensor& result) -> at::Tensor {
@@ -414,7 +439,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         for (std::size_t i = 0; kept_geometry && i < fresh_host.size(); ++i)
           kept_geometry = fresh_host[i].sizes() == c10::IntArrayRef(promised[i].first) &&
                           fresh_host[i].strides() == c10::IntArrayRef(promised[i].second);
-        if (kept_geometry) return;
+        if (kept_geometry) return maybe_corrupt(name, fresh_host);
         unusable_out_variants().add(op);
         for (std::size_t i = 0; i < fresh_host.size(); ++i)
           fresh_host[i].unsafeGetTensorImpl()->set_sizes_and_strides(promised[i].first, promised[i].second,
@@ -435,21 +460,33 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
           }
         });
       }
+      if (fresh_host.empty()) {
+        // in-place and out= forms: the results are the written arguments.
+        std::vector<at::Tensor> written;
+        for (const c10::IValue& ret : host) for_each_tensor(ret, [&](const at::Tensor& t) { written.push_back(t); });
+        maybe_corrupt(name, written);
+      } else {
+        maybe_corrupt(name, fresh_host);
+      }
     } catch (c10::NotImplementedError& error) {
-      error.add_context("[vtpu] " + name +
-                        " has no vtpu kernel, and ATen has no CPU kernel to run it on the host-kernel path");
-      throw;
-    } catch (c10::Error& error) {
-      add_stream_context(error, name);
+      if (is_missing_kernel(error))
+        error.add_context("[vtpu] " + name +
+                          " has no vtpu kernel, and ATen has no CPU kernel to run it on the host-kernel path");
       throw;
     }
-  });
+  }, name);
 
   stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
   for (auto& out : outputs) stack->push_back(std::move(out));
 }
 
 }  // namespace
+
+void debug_corrupt_next(const std::string& op) {
+  std::lock_guard<std::mutex> lock(corrupt_mutex);
+  corrupt_next_op = op;
+  corrupt_armed = !op.empty();
+}
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());

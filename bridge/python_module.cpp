@@ -2,11 +2,14 @@
 // engine and in DeviceContext; this file only converts.
 #include <ATen/ATen.h>
 #include <pybind11/pybind11.h>
+
+#include <chrono>
 #include <pybind11/stl.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "aten_bridge.h"
+#include "call_site.h"
 #include "device_context.h"
 #include "generated_kernels.h"
 #include "vtpu/runtime/error.h"
@@ -139,4 +142,27 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_stream_idle", [] { return DeviceContext::get().stream().query(); });
   m.def("_default_generator", [] { return default_generator(); });
+  // Call sites (torch_vtpu.debug).
+  m.def("_set_call_site_capture", [](bool on) { set_call_site_capture(on); });
+  m.def("_call_site_capture", [] { return call_site_capture_enabled(); });
+  m.def("_set_library_paths", [](std::vector<std::string> internal, std::vector<std::string> user) {
+    set_library_paths(std::move(internal), std::move(user));
+  });
+  // The caller's site as (file, line, function), or None: what an op issued
+  // here would record (also when capture is off).
+  m.def("_call_site", []() -> py::object {
+    auto resolved = resolve_call_site(vtpu::bridge::detail::capture_call_site_slow());
+    if (!resolved) return py::none();
+    return py::make_tuple(resolved->file, resolved->line, resolved->function);
+  });
+  // Nanoseconds per call-site capture from the calling frame, for the benchmark.
+  m.def("_time_call_site_capture", [](int n) {
+    py::gil_scoped_release no_gil;  // as torch's bindings dispatch
+    const auto start = std::chrono::steady_clock::now();
+    const void* sink = nullptr;
+    for (int i = 0; i < n; ++i) sink = capture_call_site().code;
+    const auto ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+    return std::make_pair(ns / n, sink != nullptr);
+  });
+  m.def("_debug_corrupt_next", [](const std::string& op) { debug_corrupt_next(op); });
 }

@@ -15,12 +15,28 @@ import atexit  # noqa: E402
 
 import torch  # noqa: E402
 
+import os  # noqa: E402
+
 from . import _C  # registers kernels, allocator, guard and hooks for PrivateUse1
 from ._modes import flush, get_mode, mode, set_mode
 from ._metrics import metrics, reset_metrics
+from . import debug  # noqa: E402
+from .advisor import advise  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["set_mode", "get_mode", "mode", "flush", "metrics", "reset_metrics", "__version__"]
+__all__ = ["set_mode", "get_mode", "mode", "flush", "metrics", "reset_metrics", "debug", "advise",
+           "__version__"]
+
+
+def _set_library_paths() -> None:
+    """Frames under torch/ and torch_vtpu/ are library code for call sites; the
+    example models in torch_vtpu/models/ are user code."""
+    def dirs(path: str):
+        return {os.path.join(p, "") for p in (path, os.path.realpath(path))}
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    internal = dirs(os.path.dirname(os.path.abspath(torch.__file__))) | dirs(here)
+    _C._set_library_paths(sorted(internal), sorted(dirs(os.path.join(here, "models"))))
 
 
 def _register_device() -> None:
@@ -36,6 +52,33 @@ def _register_device() -> None:
         )
 
 
+def _drain_autograd_device_thread() -> None:
+    """Autograd's vtpu worker thread drops the last reference to a finished
+    backward's graph task after the caller has moved on; that task holds Python
+    objects (torch stashes a contextvars context in it), and dropping them once
+    the interpreter is finalising aborts the process. A last tiny backward,
+    run on that thread without the stash, makes the thread finish the previous
+    iteration first; its own task holds no Python objects."""
+    from torch.autograd.variable import Variable
+
+    try:
+        with torch.enable_grad():
+            x = torch.zeros((), device="vtpu", requires_grad=True)
+            y = x * 1.0
+        Variable._execution_engine.run_backward((y,), (torch.ones((), device="vtpu"),), False, False, (),
+                                                True, True)
+    except Exception:  # best effort at exit: never let it mask the program's own outcome
+        pass
+
+
+def _shutdown() -> None:
+    debug._uninstall_checker()  # its dispatch mode is a Python object in autograd's TLS copy
+    _drain_autograd_device_thread()
+    _C._shutdown()
+
+
 _register_device()
-atexit.register(_C._shutdown)
+_set_library_paths()
+atexit.register(_shutdown)
 _modes._apply_env_mode()
+debug._sync_checker()

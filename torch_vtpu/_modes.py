@@ -18,6 +18,9 @@ def set_mode(name: str) -> None:
     if name not in MODES:
         raise ValueError(f"unknown vtpu mode {name!r}: expected one of {', '.join(MODES)}")
     _C._set_mode(name)
+    from . import debug
+
+    debug._sync_checker()  # debug mode's per-op checks come and go with it
 
 
 def get_mode() -> str:

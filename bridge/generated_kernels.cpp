@@ -173,9 +173,10 @@ void enqueue(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t rank, std::v
                                     &aten_parallel_for, nullptr, &status};
     fn(&launch);
     // The kernel skipped the bad elements; the error is ATen's for the same input.
-    TORCH_CHECK_INDEX(status.code == compiler::kVtpuOk, "[", ir::name(op), "] index ", status.value,
-                      " is out of bounds for dimension ", status.dim, " with size ", status.bound);
-  });
+    // (The launch names the op and its call site on the way out.)
+    TORCH_CHECK_INDEX(status.code == compiler::kVtpuOk, "index ", status.value, " is out of bounds for dimension ",
+                      status.dim, " with size ", status.bound);
+  }, std::string(ir::name(op)));
 }
 
 // Finishes `graph` with the node `add_result` appends and returns its

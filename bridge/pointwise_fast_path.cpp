@@ -62,10 +62,10 @@ struct DeviceStructured final : Meta {
 };
 
 template <typename Kernel>
-void queue(Kernel kernel) {
+void queue(Kernel kernel, const char* op) {
   DeviceContext& context = DeviceContext::get();
   context.metrics().count_op();
-  context.launch(std::move(kernel));
+  context.launch(std::move(kernel), op);
 }
 
 bool is_float(c10::ScalarType t) {
@@ -109,7 +109,7 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
            b = KernelOperand::capture(other), alpha] {                                         \
       at::Tensor result = o.host();                                                            \
       at::cpu::op##_out(result, a.host(), b.host(), alpha);                                    \
-    });                                                                                        \
+    }, #op);                                                                                    \
     return out;                                                                                \
   }                                                                                            \
   at::Tensor& op##_tensor_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) { \
@@ -125,7 +125,7 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
     queue([a = KernelOperand::capture(self), b = KernelOperand::capture(other), alpha] {       \
       at::Tensor result = a.host();                                                            \
       at::cpu::op##_out(result, result, b.host(), alpha);                                      \
-    });                                                                                        \
+    }, #op);                                                                                    \
     return self;                                                                               \
   }
 
@@ -145,7 +145,7 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
            b = KernelOperand::capture(other)] {                                                \
       at::Tensor result = o.host();                                                            \
       at::cpu::op##_out(result, a.host(), b.host());                                           \
-    });                                                                                        \
+    }, #op);                                                                                    \
     return out;                                                                                \
   }                                                                                            \
   at::Tensor& op##_tensor_(at::Tensor& self, const at::Tensor& other) {                       \
@@ -160,7 +160,7 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
     queue([a = KernelOperand::capture(self), b = KernelOperand::capture(other)] {              \
       at::Tensor result = a.host();                                                            \
       at::cpu::op##_out(result, result, b.host());                                             \
-    });                                                                                        \
+    }, #op);                                                                                    \
     return self;                                                                               \
   }
 
@@ -179,7 +179,7 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
     queue([o = KernelOperand::capture(out), a = KernelOperand::capture(self)] {                \
       at::Tensor result = o.host();                                                            \
       at::cpu::op##_out(result, a.host());                                                     \
-    });                                                                                        \
+    }, #op);                                                                                    \
     return out;                                                                                \
   }
 

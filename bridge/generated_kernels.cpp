@@ -173,9 +173,15 @@ void enqueue(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t rank, std::v
                                     &aten_parallel_for, nullptr, &status};
     fn(&launch);
     // The kernel skipped the bad elements; the error is ATen's for the same input.
-    // (The launch names the op and its call site on the way out.)
-    TORCH_CHECK_INDEX(status.code == compiler::kVtpuOk, "index ", status.value, " is out of bounds for dimension ",
-                      status.dim, " with size ", status.bound);
+    // ATen's message for the same bad index (the launch adds the op's name and
+    // call site on the way out).
+    if (status.code != compiler::kVtpuOk) {
+      // gather/scatter_add check with TORCH_CHECK (RuntimeError), the others
+      // with TORCH_CHECK_INDEX (IndexError).
+      TORCH_CHECK(op != ir::OpKind::Gather && op != ir::OpKind::ScatterAdd, "index ", status.value,
+                  " is out of bounds for dimension ", status.dim, " with size ", status.bound);
+      TORCH_CHECK_INDEX(false, "index out of range in self");
+    }
   }, std::string(ir::name(op)));
 }
 

@@ -46,7 +46,7 @@ py::dict metrics_dict() {
   d["compiles"] = now.compiles - base.compiles;
   d["compile_seconds"] = now.compile_seconds - base.compile_seconds;
   py::dict hits;
-  for (const char* tier : {"memory", "disk", "shared", "aot"}) {
+  for (const char* tier : {"memory", "disk", "shared"}) {
     const auto get = [&](const GeneratedKernelStats& g) {
       auto it = g.cache_hits.find(tier);
       return it == g.cache_hits.end() ? std::uint64_t{0} : it->second;
@@ -54,6 +54,12 @@ py::dict metrics_dict() {
     hits[tier] = get(now) - get(base);
   }
   d["cache_hits"] = hits;
+  // Kernels first served by the ahead-of-time library shipped with the package.
+  const auto aot = [](const GeneratedKernelStats& g) {
+    auto it = g.cache_hits.find("aot");
+    return it == g.cache_hits.end() ? std::uint64_t{0} : it->second;
+  };
+  d["aot_hits"] = aot(now) - aot(base);
   d["cache_misses"] = now.cache_misses - base.cache_misses;
   d["host_fallback_ops"] = s.host_fallback_ops;
   d["syncs"] = s.syncs;

@@ -106,7 +106,7 @@ diffs = {}
 for name, fn in cases.items():
     diffs[name] = (fn(x, y, b).cpu().double() - fn(xc, yc, bc).double()).abs().max().item()
 m = torch_vtpu.metrics()
-print(json.dumps({"diffs": diffs, "compiles": m["compiles"], "aot": m["cache_hits"]["aot"],
+print(json.dumps({"diffs": diffs, "compiles": m["compiles"], "aot": m["aot_hits"],
                   "generated": m["generated_kernels"]}))
 """
 

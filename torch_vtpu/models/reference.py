@@ -23,16 +23,22 @@ class MLP(nn.Module):
 
 
 class CNNClassifier(nn.Module):
-    """Two conv + BatchNorm2d + ReLU + pooling stages and a linear head (images 1x16x16 by default)."""
+    """Two conv + BatchNorm2d + ReLU + pooling stages and a linear head (images 1x16x16 by default).
+
+    The convolutions have no bias, as usual before BatchNorm: BN's shift makes a bias
+    redundant, its gradient is zero up to rounding, and AdamW would turn that rounding
+    noise into full-size steps (so two backends that differ in the last bit would train
+    visibly different biases and running means).
+    """
 
     def __init__(self, in_channels: int = 1, num_classes: int = 10, width: int = 8):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(in_channels, width, kernel_size=3, padding=1),
+            nn.Conv2d(in_channels, width, kernel_size=3, padding=1, bias=False),
             nn.BatchNorm2d(width),
             nn.ReLU(),
             nn.MaxPool2d(2),
-            nn.Conv2d(width, 2 * width, kernel_size=3, padding=1),
+            nn.Conv2d(width, 2 * width, kernel_size=3, padding=1, bias=False),
             nn.BatchNorm2d(2 * width),
             nn.ReLU(),
             nn.AdaptiveAvgPool2d(1),

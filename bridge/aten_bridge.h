@@ -28,16 +28,19 @@ at::Tensor empty_device_strided(c10::IntArrayRef sizes, c10::IntArrayRef strides
 at::Tensor cpu_alias(const at::Tensor& device_tensor);
 
 // A tensor operand captured at dispatch for a kernel that runs later on the
-// stream: a device tensor's storage (kept alive) and geometry (Python may
-// restride the tensor meanwhile), or a private copy of a host scalar. The CPU
-// alias is built when the kernel runs, on the worker, off the Python thread.
+// stream: a device tensor's data pointer and geometry (Python may restride
+// the tensor meanwhile), or a private copy of a host scalar. The storage is
+// not kept alive: a block Python drops returns to the allocator at once and
+// is reused only by work queued behind this kernel (stream-ordered reuse, as
+// for generated kernels). The CPU alias is built when the kernel runs.
 class KernelOperand {
  public:
   static KernelOperand capture(const at::Tensor& t);
   at::Tensor host() const;
 
  private:
-  c10::Storage storage_;
+  void* data_ = nullptr;
+  std::size_t nbytes_ = 0;
   c10::SmallVector<int64_t, 5> sizes_;
   c10::SmallVector<int64_t, 5> strides_;
   int64_t offset_ = 0;

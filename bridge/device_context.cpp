@@ -90,7 +90,18 @@ DeviceContext::DeviceContext()
       mode_(initial_mode()),
       stream_(std::make_unique<runtime::Stream>([] {
         if (worker_start_hook()) worker_start_hook()();
-      })) {}
+      })) {
+  // Before cached blocks return to the host, queued work that may still use
+  // them (they were freed when their owner dropped them) must have run. On
+  // the worker itself everything queued before the running task is done.
+  allocator_.set_release_guard([this] {
+    if (stream_->on_worker_thread()) return;
+    const std::uint64_t target = stream_->enqueued();
+    auto wait = [&] { stream_->wait_for(target); };
+    if (blocking_wait_wrapper()) blocking_wait_wrapper()(wait);
+    else wait();
+  });
+}
 
 DeviceContext& DeviceContext::get() {
   // Leaked on purpose: tensors still alive during interpreter shutdown free

@@ -97,18 +97,24 @@ compiler::KernelProvider* provider() {
 
 std::atomic<std::uint64_t> g_launches{0};
 
-// What a queued generated kernel needs of one tensor: its storage (kept
-// alive), byte offset and geometry aligned to the iteration space.
+// What a queued generated kernel needs of one tensor: its data pointer and
+// geometry. The storage is deliberately not kept alive: when Python drops a
+// tensor its block returns to the allocator at once and the next allocation
+// may reuse it, which is safe because that allocation's kernels are queued
+// behind this one on the in-order stream (CUDA's stream-ordered reuse).
+// Holding the storage instead kept every output of a long queue alive and
+// made memory grow with the queue depth.
 struct KernelTensor {
-  c10::Storage storage;
-  std::int64_t byte_offset = 0;
   compiler::VtpuTensorArg arg{};
 };
 
+void* data_of(const at::Tensor& t) {
+  return static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * static_cast<std::int64_t>(t.itemsize());
+}
+
 KernelTensor kernel_tensor(const at::Tensor& t, c10::IntArrayRef out_sizes) {
   KernelTensor k;
-  k.storage = t.storage();
-  k.byte_offset = t.storage_offset() * static_cast<std::int64_t>(t.itemsize());
+  k.arg.data = data_of(t);
   const std::size_t rank = out_sizes.size();
   const std::size_t pad = rank - static_cast<std::size_t>(t.dim());
   for (std::size_t d = 0; d < rank; ++d) {
@@ -126,8 +132,7 @@ KernelTensor kernel_tensor(const at::Tensor& t, c10::IntArrayRef out_sizes) {
 // A tensor described in its own rank (the indexing kernels' contract).
 KernelTensor own_rank_kernel_tensor(const at::Tensor& t) {
   KernelTensor k;
-  k.storage = t.storage();
-  k.byte_offset = t.storage_offset() * static_cast<std::int64_t>(t.itemsize());
+  k.arg.data = data_of(t);
   for (std::int64_t d = 0; d < t.dim(); ++d) {
     k.arg.sizes[d] = t.size(d);
     k.arg.strides[d] = t.stride(d);
@@ -138,8 +143,7 @@ KernelTensor own_rank_kernel_tensor(const at::Tensor& t) {
 // A contiguous tensor as one dimension of all its elements.
 KernelTensor flat_kernel_tensor(const at::Tensor& t) {
   KernelTensor k;
-  k.storage = t.storage();
-  k.byte_offset = t.storage_offset() * static_cast<std::int64_t>(t.itemsize());
+  k.arg.data = data_of(t);
   k.arg.sizes[0] = t.numel();
   k.arg.strides[0] = 1;
   return k;
@@ -162,11 +166,7 @@ void enqueue(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t rank, std::v
   context.launch([fn, op, rank, tensors = std::move(tensors), scalars = std::move(scalars)]() {
     std::vector<compiler::VtpuTensorArg> args;
     args.reserve(tensors.size());
-    for (const auto& t : tensors) {
-      compiler::VtpuTensorArg arg = t.arg;
-      arg.data = static_cast<char*>(t.storage.unsafeGetStorageImpl()->mutable_data()) + t.byte_offset;
-      args.push_back(arg);
-    }
+    for (const auto& t : tensors) args.push_back(t.arg);
     compiler::VtpuKernelStatus status{};
     compiler::VtpuLaunchArgs launch{compiler::kLaunchAbiVersion, static_cast<std::int32_t>(rank),
                                     static_cast<std::int32_t>(args.size()), args.data(), scalars.data(),
@@ -332,8 +332,7 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
   if (fn == nullptr) return false;
   // The output described in the input's dims: reduced dims have stride 0.
   KernelTensor out_tensor;
-  out_tensor.storage = out.storage();
-  out_tensor.byte_offset = out.storage_offset() * static_cast<std::int64_t>(out.itemsize());
+  out_tensor.arg.data = data_of(out);
   std::int64_t out_dim = 0;
   for (std::int64_t d = 0; d < rank; ++d) {
     out_tensor.arg.sizes[d] = input.size(d);

@@ -174,7 +174,8 @@ std::string op_name(const c10::OperatorHandle& op) {
 
 // CPU aliases for the arguments, built at dispatch: they snapshot each
 // tensor's geometry (Python may restride the tensor before the kernel runs);
-// `keep_alive` holds the device storages until the kernel is done.
+// `keep_alive`, when given, holds the device storages (callers that run
+// the kernel later rely on stream order instead; see step 3 below).
 Stack host_arguments(const c10::FunctionSchema& schema, const Stack& stack, std::size_t first,
                      std::vector<c10::Storage>* keep_alive, bool snapshot_cpu_scalars) {
   Stack host;
@@ -400,24 +401,24 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
     return;
   }
 
-  // 3. The kernel: CPU aliases snapshotted now, executed in stream order.
-  auto keep_alive = std::make_shared<std::vector<c10::Storage>>();
-  Stack host = host_arguments(schema, *stack, first, keep_alive.get(), true);
+  // 3. The kernel: CPU aliases snapshotted now, executed in stream order. The
+  // device storages are not kept alive by the task: a block Python drops goes
+  // back to the allocator at once and is reused only by work queued behind
+  // this kernel (stream-ordered reuse), so memory does not grow with the
+  // depth of the queue.
+  Stack host = host_arguments(schema, *stack, first, nullptr, true);
   std::optional<c10::OperatorHandle> out_op;
   if (all_fresh_single_tensors && !mutates && !fresh.empty() && !unusable_out_variants().contains(op))
     out_op = find_out_variant(op);
   std::vector<at::Tensor> fresh_host;
-  for (const at::Tensor& t : fresh) {
-    keep_alive->push_back(t.storage());
-    fresh_host.push_back(cpu_alias(t));
-  }
+  for (const at::Tensor& t : fresh) fresh_host.push_back(cpu_alias(t));
   Stack out_host;
   if (out_op) {
     out_host = host;
     for (const at::Tensor& t : fresh_host) out_host.emplace_back(t);
   }
   context.launch([op, out_op, host = std::move(host), out_host = std::move(out_host),
-                  fresh_host = std::move(fresh_host), fresh_slots = std::move(fresh_slots), keep_alive,
+                  fresh_host = std::move(fresh_host), fresh_slots = std::move(fresh_slots),
                   name]() mutable {
     try {
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);

@@ -220,12 +220,11 @@ at::Tensor empty_device_strided(c10::IntArrayRef sizes, c10::IntArrayRef strides
 
 namespace {
 
-at::Tensor alias_of(const c10::Storage& device_storage, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+at::Tensor alias_of(void* bytes, std::size_t nbytes, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                     int64_t offset, caffe2::TypeMeta dtype, bool conj, bool neg) {
-  c10::StorageImpl* storage = device_storage.unsafeGetStorageImpl();
-  c10::DataPtr data(storage->mutable_data(), c10::Device(c10::DeviceType::CPU));
+  c10::DataPtr data(bytes, c10::Device(c10::DeviceType::CPU));
   auto cpu_storage = c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), storage->nbytes(), std::move(data),
+      c10::StorageImpl::use_byte_size_t(), nbytes, std::move(data),
       /*allocator=*/nullptr, /*resizable=*/false);
   at::Tensor alias = at::detail::make_tensor<c10::TensorImpl>(
       c10::Storage(std::move(cpu_storage)), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
@@ -244,7 +243,8 @@ KernelOperand KernelOperand::capture(const at::Tensor& t) {
     operand.host_copy_ = t.clone();  // the caller may change it after we return
     return operand;
   }
-  operand.storage_ = t.storage();
+  operand.data_ = t.storage().mutable_data();
+  operand.nbytes_ = t.storage().nbytes();
   operand.sizes_.assign(t.sizes().begin(), t.sizes().end());
   operand.strides_.assign(t.strides().begin(), t.strides().end());
   operand.offset_ = t.storage_offset();
@@ -256,11 +256,12 @@ KernelOperand KernelOperand::capture(const at::Tensor& t) {
 
 at::Tensor KernelOperand::host() const {
   if (host_copy_.defined()) return host_copy_;
-  return alias_of(storage_, sizes_, strides_, offset_, dtype_, conj_, neg_);
+  return alias_of(data_, nbytes_, sizes_, strides_, offset_, dtype_, conj_, neg_);
 }
 
 at::Tensor cpu_alias(const at::Tensor& device_tensor) {
-  return alias_of(device_tensor.storage(), device_tensor.sizes(), device_tensor.strides(),
+  c10::StorageImpl* storage = device_tensor.storage().unsafeGetStorageImpl();
+  return alias_of(storage->mutable_data(), storage->nbytes(), device_tensor.sizes(), device_tensor.strides(),
                   device_tensor.storage_offset(), device_tensor.dtype(), device_tensor.is_conj(),
                   device_tensor.is_neg());
 }

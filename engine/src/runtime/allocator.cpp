@@ -62,7 +62,7 @@ void* Allocator::take_cached_locked(std::size_t rounded, std::size_t* block_size
 void* Allocator::allocate(std::size_t nbytes) {
   if (nbytes == 0) return nullptr;
   const std::size_t rounded = round_size(nbytes);
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   if (rounded < nbytes || rounded > capacity_) {
     ++stats_.out_of_memory;
     throw OutOfMemoryError("vtpu out of memory: tried to allocate " + human_bytes(nbytes) +
@@ -76,7 +76,7 @@ void* Allocator::allocate(std::size_t nbytes) {
     live_[ptr] = block;
     stats_.allocated_bytes += block;
   } else {
-    if (stats_.reserved_bytes + rounded > capacity_) release_cache_locked();
+    if (stats_.reserved_bytes + rounded > capacity_) release_cache_guarded(lock);
     if (stats_.reserved_bytes + rounded > capacity_) {
       ++stats_.out_of_memory;
       throw OutOfMemoryError("vtpu out of memory: tried to allocate " + human_bytes(nbytes) +
@@ -85,7 +85,7 @@ void* Allocator::allocate(std::size_t nbytes) {
     }
     ptr = std::aligned_alloc(kAlignment, rounded);
     if (ptr == nullptr) {
-      release_cache_locked();
+      release_cache_guarded(lock);
       ptr = std::aligned_alloc(kAlignment, rounded);
     }
     if (ptr == nullptr) {
@@ -116,6 +116,24 @@ void Allocator::deallocate(void* ptr) {
   } else {
     large_free_.emplace(block, ptr);
   }
+}
+
+void Allocator::set_release_guard(std::function<void()> guard) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_guard_ = std::move(guard);
+}
+
+void Allocator::release_cache_guarded(std::unique_lock<std::mutex>& lock) {
+  if (small_free_.empty() && large_free_.empty()) return;
+  // Cached blocks may still be read or written by queued work (frees are
+  // stream-ordered): let that work finish before the memory goes back to the
+  // host. The guard may block, so the lock is not held across it.
+  if (std::function<void()> guard = release_guard_) {
+    lock.unlock();
+    guard();
+    lock.lock();
+  }
+  release_cache_locked();
 }
 
 void Allocator::release_cache_locked() {

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -40,6 +41,13 @@ class Allocator {
   void* allocate(std::size_t nbytes);
   void deallocate(void* ptr);
 
+  // Called before cached blocks go back to the host under memory pressure:
+  // the device waits there for queued work that may still use freed blocks
+  // (a block is freed when its last owner drops it, not when its last queued
+  // user ran; reuse is safe because the stream runs work in order).
+  // empty_cache() callers synchronise themselves.
+  void set_release_guard(std::function<void()> guard);
+
   void empty_cache();
   AllocatorStats stats() const;
   void reset_peak_stats();
@@ -53,6 +61,7 @@ class Allocator {
  private:
   void* take_cached_locked(std::size_t rounded, std::size_t* block_size);
   void release_cache_locked();
+  void release_cache_guarded(std::unique_lock<std::mutex>& lock);
 
   mutable std::mutex mutex_;
   std::size_t capacity_;
@@ -60,6 +69,7 @@ class Allocator {
   std::unordered_map<void*, std::size_t> live_;                 // ptr -> rounded size
   std::unordered_map<std::size_t, std::vector<void*>> small_free_;  // exact class
   std::multimap<std::size_t, void*> large_free_;                    // best fit
+  std::function<void()> release_guard_;
 };
 
 }  // namespace vtpu::runtime

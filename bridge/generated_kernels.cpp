@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <string>
+#include <unordered_map>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -221,15 +222,81 @@ bool generated_kernels_enabled() {
   return enabled;
 }
 
+namespace {
+
+// Flat launches (below) resolve their kernel through a memo keyed by all that
+// decides it then: op, out dtype, each operand's dtype or Python-scalar kind,
+// and the attributes (run-time scalar values left out, as in the
+// shape-generic hash). A hit skips building the graph and hashing it, the
+// bulk of a small op's dispatch cost.
+std::optional<std::string> flat_memo_key(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Tensor> inputs,
+                                         const ir::Attributes& attrs) {
+  std::string key;
+  key.reserve(32);
+  key += static_cast<char>(op);
+  key += static_cast<char>(out.scalar_type());
+  for (const at::Tensor& t : inputs) {
+    if (t.device().type() == kVtpu) {
+      key += 'T';
+      key += static_cast<char>(t.scalar_type());
+    } else {
+      const c10::Scalar value = t.item();
+      key += value.isBoolean() ? 'b' : value.isIntegral(false) ? 'i' : 'd';
+    }
+  }
+  const char* runtime = ir::runtime_scalar_attribute(op);
+  for (const auto& [name, value] : attrs.entries()) {
+    key += '|';
+    key += name;
+    if (runtime == nullptr || name != runtime) key += "=" + ir::to_string(value);
+  }
+  return key;
+}
+
+std::mutex g_flat_memo_mutex;
+std::unordered_map<std::string, compiler::VtpuKernelFn>& flat_memo() {
+  static auto* memo = new std::unordered_map<std::string, compiler::VtpuKernelFn>();
+  return *memo;
+}
+
+}  // namespace
+
 bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Tensor> inputs,
                       const ir::Attributes& attrs) {
   if (out.dim() > compiler::kMaxRank || !to_ir(out.scalar_type())) return false;
+  for (const at::Tensor& t : inputs)
+    if (!to_ir(t.scalar_type()) || t.is_conj() || t.is_neg()) return false;
   // When an elementwise op's tensors are all contiguous with the output's
   // shape the launch is one flat dimension: the kernel needs only the element count, so one kernel
   // serves every rank (the ahead-of-time library holds these).
-  bool flat = ir::is_elementwise(op) && out.dim() > 1 && out.is_contiguous();
-  for (const at::Tensor& t : inputs)
+  bool flat = ir::is_elementwise(op) && out.dim() >= 1 && out.is_contiguous();
+  for (const at::Tensor& t : inputs) {
     if (t.device().type() == kVtpu) flat = flat && t.is_contiguous() && t.sizes() == out.sizes();
+    else if (!(t.device().is_cpu() && t.dim() == 0 && t.unsafeGetTensorImpl()->is_wrapped_number())) return false;
+  }
+  std::optional<std::string> memo_key;
+  if (flat) {
+    memo_key = flat_memo_key(op, out, inputs, attrs);
+    compiler::VtpuKernelFn fn = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(g_flat_memo_mutex);
+      if (auto it = flat_memo().find(*memo_key); it != flat_memo().end()) fn = it->second;
+    }
+    if (fn != nullptr) {
+      // The launch scalars as launch_scalars() orders them for this graph:
+      // the Constants in operand order, then the op's run-time attribute.
+      std::vector<double> scalars;
+      std::vector<KernelTensor> tensors{flat_kernel_tensor(out)};
+      for (const at::Tensor& t : inputs) {
+        if (t.device().type() == kVtpu) tensors.push_back(flat_kernel_tensor(t));
+        else scalars.push_back(t.item().toDouble());
+      }
+      if (const char* runtime = ir::runtime_scalar_attribute(op); runtime != nullptr && attrs.has(runtime))
+        scalars.push_back(attrs.get_double(runtime));
+      enqueue(fn, op, 1, std::move(tensors), std::move(scalars));
+      return true;
+    }
+  }
   const std::vector<std::int64_t> iter_sizes = flat ? std::vector<std::int64_t>{out.numel()} : out.sizes().vec();
   ir::Graph graph;
   std::vector<ir::ValueId> ids;
@@ -256,6 +323,10 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
   const compiler::VtpuKernelFn fn =
       resolve_kernel(graph, out, iter_sizes, [&] { return graph.add_node(op, ids, attrs); });
   if (fn == nullptr) return false;
+  if (memo_key) {
+    std::lock_guard<std::mutex> lock(g_flat_memo_mutex);
+    flat_memo().emplace(std::move(*memo_key), fn);
+  }
 
   std::vector<KernelTensor> tensors;
   tensors.push_back(flat ? flat_kernel_tensor(out) : kernel_tensor(out, out.sizes()));

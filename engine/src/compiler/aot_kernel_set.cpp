@@ -26,6 +26,14 @@ Graph with_constant(OpKind op, DType dtype, double value_kind_sample, Attributes
   return graph;
 }
 
+Graph with_constant_int(OpKind op, DType dtype, Attributes attrs) {
+  Graph graph;
+  const ir::ValueId x = graph.add_input(TensorType::contiguous(dtype, {16}));
+  const ir::ValueId c = graph.add_node(OpKind::Constant, {}, {{"value", std::int64_t{1}}});
+  graph.mark_output(graph.add_node(op, {x, c}, std::move(attrs)));
+  return graph;
+}
+
 Attributes alpha_for(OpKind op) {
   return (op == OpKind::Add || op == OpKind::Sub) ? Attributes{{"alpha", 1.0}} : Attributes{};
 }
@@ -47,8 +55,10 @@ void add_elementwise(std::vector<Graph>& set, DType dt) {
   set.push_back(ir::single_op(OpKind::GeluBackward, {flat, flat}, {{"approximate", std::string("none")}}));
   // x op python-scalar
   for (OpKind op : {OpKind::Add, OpKind::Sub, OpKind::Mul, OpKind::Div, OpKind::Pow, OpKind::Eq, OpKind::Ne,
-                    OpKind::Lt, OpKind::Gt})
-    set.push_back(with_constant(op, dt, 1.0, alpha_for(op)));
+                    OpKind::Lt, OpKind::Gt}) {
+    set.push_back(with_constant(op, dt, 1.0, alpha_for(op)));                      // x op 2.0
+    set.push_back(with_constant_int(op, dt, alpha_for(op)));                        // x op 2
+  }
   set.push_back(ir::single_op(OpKind::Where, {TensorType::contiguous(DType::kBool, {16}), flat, flat}));
 }
 
@@ -68,7 +78,8 @@ void add_reductions(std::vector<Graph>& set, DType dt) {
     std::vector<std::int64_t> dims;
   };
   const std::vector<Spec> specs = {{{4, 8}, {-1}}, {{4, 8}, {1}}, {{4, 8}, {0}}, {{2, 4, 8}, {-1}},
-                                   {{2, 4, 8}, {2}}, {{2, 4, 8}, {0, 1}}, {{16}, {}}, {{4, 8}, {}}, {{2, 4, 8}, {}}};
+                                   {{2, 4, 8}, {2}}, {{2, 4, 8}, {0, 1}}, {{16}, {}}, {{4, 8}, {}}, {{2, 4, 8}, {}},
+                                   {{2, 2, 4, 8}, {-1}}};  // per-head norms
   for (OpKind op : {OpKind::Sum, OpKind::Mean, OpKind::Amax})
     for (const Spec& spec : specs)
       for (bool keepdim : {false, true})

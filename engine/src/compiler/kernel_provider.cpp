@@ -1,6 +1,8 @@
 #include "vtpu/compiler/kernel_provider.h"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -8,6 +10,7 @@
 #include "vtpu/compiler/aot_library.h"
 #include "vtpu/compiler/host_codegen.h"
 #include "vtpu/ir/canonical.h"
+#include "vtpu/ir/printer.h"
 #include "vtpu/runtime/error.h"
 
 namespace vtpu::compiler {
@@ -97,6 +100,10 @@ VtpuKernelFn KernelProvider::get(const ir::Graph& graph) {
     }
   }
   auto entry = cache_->get_or_create(key, [&] {
+    // VTPU_LOG_COMPILES=1: which graphs compile at run time (candidates for
+    // the ahead-of-time library).
+    if (const char* log = std::getenv("VTPU_LOG_COMPILES"); log != nullptr && std::string(log) == "1")
+      std::fprintf(stderr, "vtpu: compiling %s\n%s\n", symbol.c_str(), ir::to_string(graph).c_str());
     const auto start = std::chrono::steady_clock::now();
     cache::Entry built;
     built.data = compiler().compile(source);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "host_codegen_internal.h"
+#include "host_codegen_reduction_loops.h"
 #include "vtpu/runtime/error.h"
 
 namespace vtpu::compiler::detail {
@@ -104,55 +105,15 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
     << "  const Context& c = *static_cast<const Context*>(raw);\n"
     << "  const " << in_t << "* in = reinterpret_cast<const " << in_t << "*>(c.in);\n"
     << "  " << out_t << "* out = reinterpret_cast<" << out_t << "*>(c.out);\n";
-  // Output index -> coordinates of the kept dims -> input and output offsets.
-  auto emit_offsets = [&](const std::string& indent, const std::string& index) {
-    s << indent << "int64_t rest = " << index << ", in_off = 0, out_off = 0;\n";
-    for (int d = rank - 1; d >= 0; --d) {
-      if (reduced[static_cast<std::size_t>(d)]) continue;
-      s << indent << "int64_t k" << d << " = rest % c.sizes[" << d << "]; rest /= c.sizes[" << d
-        << "]; in_off += k" << d << " * c.in_strides[" << d << "]; out_off += k" << d << " * c.out_strides[" << d
-        << "];\n";
-    }
-  };
-  // Steps the kept-dims coordinates (and offsets) to the next output: an
-  // odometer, so that no output pays for integer divisions.
-  auto emit_advance = [&](const std::string& indent) {
-    s << indent << "do {\n";
-    for (int d = rank - 1; d >= 0; --d) {
-      if (reduced[static_cast<std::size_t>(d)]) continue;
-      const std::string k = "k" + std::to_string(d), ds = std::to_string(d);
-      s << indent << "  if (++" << k << " < c.sizes[" << ds << "]) { in_off += c.in_strides[" << ds
-        << "]; out_off += c.out_strides[" << ds << "]; break; }\n"
-        << indent << "  in_off -= (" << k << " - 1) * c.in_strides[" << ds << "]; out_off -= (" << k
-        << " - 1) * c.out_strides[" << ds << "]; " << k << " = 0;\n";
-    }
-    s << indent << "} while (false);\n";
-  };
-  // Opens the loops over the reduced dims (all of them, or all but the
-  // innermost); returns the input offset expression and the loop depth.
-  auto open_reduced_loops = [&](const std::string& indent, bool skip_last) {
-    std::string offset = "in_off";
-    int depth = 0;
-    for (int d = 0; d < rank; ++d) {
-      if (!reduced[static_cast<std::size_t>(d)] || (skip_last && d == last_reduced)) continue;
-      s << indent << std::string(2 * depth, ' ') << "for (int64_t r" << d << " = 0; r" << d << " < c.sizes[" << d
-        << "]; ++r" << d << ") {\n";
-      offset += " + r" + std::to_string(d) + " * c.in_strides[" + std::to_string(d) + "]";
-      ++depth;
-    }
-    return std::make_pair(offset, depth);
-  };
-  auto close_loops = [&](const std::string& indent, int depth) {
-    for (; depth > 0; --depth) s << indent << std::string(2 * (depth - 1), ' ') << "}\n";
-  };
+  const ReductionLoops loops(s, rank, reduced);
 
   if (rows) {
     const std::string n = "c.sizes[" + std::to_string(last_reduced) + "]";
     const std::string st = "c.in_strides[" + std::to_string(last_reduced) + "]";
-    emit_offsets("  ", "begin");
+    loops.emit_offsets("  ", "begin");
     s << "  for (int64_t o = begin; o < end; ++o) {\n";
     s << "    " << acc << " acc = " << init << ";\n";
-    auto [offset, depth] = open_reduced_loops("    ", true);
+    auto [offset, depth] = loops.open_loops("    ", true);
     const std::string ind = "    " + std::string(2 * depth, ' ');
     auto lanes = [&](const std::string& index) {
       const std::string combine_ab = step("a", "b").substr(4);  // "a = a + b;" -> "a + b;"
@@ -163,9 +124,9 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
       << ind << "const " << acc << " part = st == 1 ? " << lanes("base + i") << "\n"
       << ind << "                        : " << lanes("base + i * st") << ";\n"
       << ind << step("acc", "part") << "\n";
-    close_loops("    ", depth);
+    loops.close_loops("    ", depth);
     s << "    out[out_off] = vtpu_store_t<" << out_t << ">::of(acc" << finish << ");\n";
-    emit_advance("    ");
+    loops.emit_advance("    ");
     s << "  }\n";
   } else {
     // Columns (or a 0-dim input): groups of neighbouring outputs along the
@@ -175,14 +136,14 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
     const std::string in_st = rank > 0 ? "c.in_strides[" + std::to_string(last) + "]" : "0";
     const std::string out_st = rank > 0 ? "c.out_strides[" + std::to_string(last) + "]" : "0";
     s << "  for (int64_t o = begin; o < end;) {\n";
-    emit_offsets("    ", "o");
+    loops.emit_offsets("    ", "o");
     const std::string k_last = rank > 0 ? "k" + std::to_string(last) : "0";
     s << "    const int64_t group = std::min<int64_t>({(int64_t)kLanes, " << inner_size << " - " << k_last
       << ", end - o});\n"
       << "    const int64_t st = " << in_st << ";\n"
       << "    " << acc << " lanes[kLanes];\n"
       << "    for (int l = 0; l < kLanes; ++l) lanes[l] = " << init << ";\n";
-    auto [offset, depth] = open_reduced_loops("    ", false);
+    auto [offset, depth] = loops.open_loops("    ", false);
     const std::string ind = "    " + std::string(2 * depth, ' ');
     s << ind << "const int64_t base = " << offset << ";\n"
       << ind << "if (group == kLanes && st == 1) {\n"
@@ -190,31 +151,14 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
       << ind << "} else {\n"
       << ind << "  for (int l = 0; l < group; ++l) " << step("lanes[l]", load("base + l * st")) << "\n"
       << ind << "}\n";
-    close_loops("    ", depth);
+    loops.close_loops("    ", depth);
     s << "    for (int l = 0; l < group; ++l) out[out_off + l * " << out_st << "] = vtpu_store_t<" << out_t
       << ">::of(lanes[l]" << finish << ");\n"
       << "    o += group;\n  }\n";
   }
   s << "}\n}  // namespace ns_" << symbol << "\n";
 
-  s << "extern \"C\" __attribute__((visibility(\"default\"))) void " << symbol
-    << "(const struct VtpuLaunchArgs* args) {\n"
-    << "  using namespace ns_" << symbol << ";\n"
-    << "  Context c;\n"
-    << "  c.out = static_cast<char*>(args->tensors[0].data);\n"
-    << "  c.in = static_cast<const char*>(args->tensors[1].data);\n"
-    << "  int64_t outputs = 1; c.count = 1;\n";
-  for (int d = 0; d < rank; ++d) {
-    s << "  c.sizes[" << d << "] = args->tensors[1].sizes[" << d << "]; c.in_strides[" << d
-      << "] = args->tensors[1].strides[" << d << "]; c.out_strides[" << d << "] = args->tensors[0].strides[" << d
-      << "];\n";
-    s << (reduced[static_cast<std::size_t>(d)] ? "  c.count *= c.sizes[" : "  outputs *= c.sizes[") << d << "];\n";
-  }
-  s << "  if (outputs <= 0) return;\n"
-    << "  const int64_t grain = c.count > 0 ? (32768 + c.count - 1) / c.count : 32768;\n"
-    << "  if (args->parallel_for != nullptr && outputs > 1 && outputs * c.count > 32768)\n"
-    << "    args->parallel_for(outputs, grain, &body, &c, args->runner);\n"
-    << "  else body(0, outputs, &c);\n}\n";
+  loops.emit_entry(symbol, false);
   return {symbol, s.str()};
 }
 

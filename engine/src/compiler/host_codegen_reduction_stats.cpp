@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "host_codegen_internal.h"
+#include "host_codegen_reduction_loops.h"
 #include "vtpu/runtime/error.h"
 
 namespace vtpu::compiler::detail {
@@ -207,48 +208,10 @@ GeneratedKernel emit_reduction_stats(const ir::Graph& graph, const std::string& 
     << "  const " << in_t << "* in = reinterpret_cast<const " << in_t << "*>(c.in);\n"
     << "  " << out_t << "* out = reinterpret_cast<" << out_t << "*>(c.out);\n";
   auto load = [&](const std::string& index) { return "static_cast<T>(vtpu_load(in[" + index + "]))"; };
-  auto emit_offsets = [&](const std::string& indent, const std::string& index) {
-    s << indent << "int64_t rest = " << index << ", in_off = 0, out_off = 0;\n";
-    for (int d = rank - 1; d >= 0; --d) {
-      if (reduced[static_cast<std::size_t>(d)]) continue;
-      s << indent << "int64_t k" << d << " = rest % c.sizes[" << d << "]; rest /= c.sizes[" << d
-        << "]; in_off += k" << d << " * c.in_strides[" << d << "]; out_off += k" << d << " * c.out_strides[" << d
-        << "];\n";
-    }
-  };
-  auto emit_advance = [&](const std::string& indent) {
-    s << indent << "do {\n";
-    for (int d = rank - 1; d >= 0; --d) {
-      if (reduced[static_cast<std::size_t>(d)]) continue;
-      const std::string kd = "k" + std::to_string(d), ds = std::to_string(d);
-      s << indent << "  if (++" << kd << " < c.sizes[" << ds << "]) { in_off += c.in_strides[" << ds
-        << "]; out_off += c.out_strides[" << ds << "]; break; }\n"
-        << indent << "  in_off -= (" << kd << " - 1) * c.in_strides[" << ds << "]; out_off -= (" << kd
-        << " - 1) * c.out_strides[" << ds << "]; " << kd << " = 0;\n";
-    }
-    s << indent << "} while (false);\n";
-  };
-  // Loops over the reduced dims in row-major order (all of them, or all but
-  // the innermost); `lin` counts their iterations, which is what argmax's
-  // index is made of.
-  auto open_loops = [&](const std::string& indent, bool skip_last) {
-    std::string offset = "in_off";
-    int depth = 0;
-    for (int d = 0; d < rank; ++d) {
-      if (!reduced[static_cast<std::size_t>(d)] || (skip_last && d == last_reduced)) continue;
-      s << indent << std::string(2 * depth, ' ') << "for (int64_t r" << d << " = 0; r" << d << " < c.sizes[" << d
-        << "]; ++r" << d << ") {\n";
-      offset += " + r" + std::to_string(d) + " * c.in_strides[" + std::to_string(d) + "]";
-      ++depth;
-    }
-    return std::make_pair(offset, depth);
-  };
-  auto close_loops = [&](const std::string& indent, int depth) {
-    for (; depth > 0; --depth) s << indent << std::string(2 * (depth - 1), ' ') << "}\n";
-  };
+  const ReductionLoops loops(s, rank, reduced);
 
   if (rows) {
-    emit_offsets("  ", "begin");
+    loops.emit_offsets("  ", "begin");
     s << "  const int64_t n = c.sizes[" << last_reduced << "], st = c.in_strides[" << last_reduced << "];\n"
       << "  for (int64_t o = begin; o < end; ++o) {\n";
     for (int p = 0; p < np; ++p) {
@@ -256,7 +219,7 @@ GeneratedKernel emit_reduction_stats(const ir::Graph& graph, const std::string& 
       const std::string prev = p == 0 ? "0.0" : "p" + std::to_string(p - 1), ps = std::to_string(p);
       s << "    " << pass.result_type << " p" << p << ";\n    {\n      " << pass.acc << " a = init" << p
         << "();\n      int64_t lin = 0;\n";
-      auto [offset, depth] = open_loops("      ", true);
+      auto [offset, depth] = loops.open_loops("      ", true);
       const std::string ind = "      " + std::string(2 * depth, ' ');
       auto lanes = [&](const std::string& index) {
         return "vtpu_lanes_reduce<" + pass.acc + ">(n, init" + ps + "(), [&](int64_t i) { return value" + ps + "(" +
@@ -267,13 +230,13 @@ GeneratedKernel emit_reduction_stats(const ir::Graph& graph, const std::string& 
         << ind << "const " << pass.acc << " part = st == 1 ? " << lanes("base + i") << "\n"
         << ind << "    : " << lanes("base + i * st") << ";\n"
         << ind << "a = combine" << p << "(a, part);\n" << ind << "++lin;\n";
-      close_loops("      ", depth);
+      loops.close_loops("      ", depth);
       s << "      p" << p << " = result" << p << "(a, c.count);\n    }\n";
     }
     s << "    out[out_off] = vtpu_store_t<" << out_t << ">::of(finish(";
     for (int p = 0; p < np; ++p) s << "p" << p << ", ";
     s << "c.count, c.scalars));\n";
-    emit_advance("    ");
+    loops.emit_advance("    ");
     s << "  }\n";
   } else {
     const int last = rank - 1;
@@ -282,7 +245,7 @@ GeneratedKernel emit_reduction_stats(const ir::Graph& graph, const std::string& 
     const std::string out_st = rank > 0 ? "c.out_strides[" + std::to_string(last) + "]" : "0";
     const std::string k_last = rank > 0 ? "k" + std::to_string(last) : "0";
     s << "  for (int64_t o = begin; o < end;) {\n";
-    emit_offsets("    ", "o");
+    loops.emit_offsets("    ", "o");
     s << "    const int64_t group = std::min<int64_t>({(int64_t)kLanes, " << inner_size << " - " << k_last
       << ", end - o});\n"
       << "    const int64_t st = " << in_st << ";\n";
@@ -292,7 +255,7 @@ GeneratedKernel emit_reduction_stats(const ir::Graph& graph, const std::string& 
       s << "    " << pass.result_type << " p" << p << "[kLanes];\n    {\n      " << pass.acc
         << " a[kLanes];\n      for (int l = 0; l < kLanes; ++l) a[l] = init" << p << "();\n"
         << "      int64_t lin = 0;\n";
-      auto [offset, depth] = open_loops("      ", false);
+      auto [offset, depth] = loops.open_loops("      ", false);
       const std::string ind = "      " + std::string(2 * depth, ' ');
       auto step = [&](const std::string& index) {
         return "a[l] = combine" + ps + "(a[l], value" + ps + "(" + load(index) + ", lin, c.scalars, " + prev + "));";
@@ -301,7 +264,7 @@ GeneratedKernel emit_reduction_stats(const ir::Graph& graph, const std::string& 
         << ind << "if (group == kLanes && st == 1) { for (int l = 0; l < kLanes; ++l) " << step("base + l") << " }\n"
         << ind << "else { for (int l = 0; l < group; ++l) " << step("base + l * st") << " }\n"
         << ind << "++lin;\n";
-      close_loops("      ", depth);
+      loops.close_loops("      ", depth);
       s << "      for (int l = 0; l < group; ++l) p" << p << "[l] = result" << p << "(a[l], c.count);\n    }\n";
     }
     s << "    for (int l = 0; l < group; ++l) out[out_off + l * " << out_st << "] = vtpu_store_t<" << out_t
@@ -311,25 +274,7 @@ GeneratedKernel emit_reduction_stats(const ir::Graph& graph, const std::string& 
   }
   s << "}\n}  // namespace ns_" << symbol << "\n";
 
-  s << "extern \"C\" __attribute__((visibility(\"default\"))) void " << symbol
-    << "(const struct VtpuLaunchArgs* args) {\n"
-    << "  using namespace ns_" << symbol << ";\n"
-    << "  Context c;\n"
-    << "  c.out = static_cast<char*>(args->tensors[0].data);\n"
-    << "  c.in = static_cast<const char*>(args->tensors[1].data);\n"
-    << "  c.scalars = args->scalars;\n"
-    << "  int64_t outputs = 1; c.count = 1;\n";
-  for (int d = 0; d < rank; ++d) {
-    s << "  c.sizes[" << d << "] = args->tensors[1].sizes[" << d << "]; c.in_strides[" << d
-      << "] = args->tensors[1].strides[" << d << "]; c.out_strides[" << d << "] = args->tensors[0].strides[" << d
-      << "];\n";
-    s << (reduced[static_cast<std::size_t>(d)] ? "  c.count *= c.sizes[" : "  outputs *= c.sizes[") << d << "];\n";
-  }
-  s << "  if (outputs <= 0) return;\n"
-    << "  const int64_t grain = c.count > 0 ? (32768 + c.count - 1) / c.count : 32768;\n"
-    << "  if (args->parallel_for != nullptr && outputs > 1 && outputs * c.count > 32768)\n"
-    << "    args->parallel_for(outputs, grain, &body, &c, args->runner);\n"
-    << "  else body(0, outputs, &c);\n}\n";
+  loops.emit_entry(symbol, true);
   return {symbol, s.str()};
 }
 

@@ -1,0 +1,44 @@
+// The loop scaffolding shared by the reduction kernels (sum/mean/prod/
+// amax/amin in host_codegen_reduction.cpp, the statistics in
+// host_codegen_reduction_stats.cpp): walking the kept dims of the outputs,
+// looping over the reduced dims, and the extern "C" entry that fills the
+// Context and splits the outputs over the thread pool. The generated code
+// names its variables c (the Context), in_off/out_off, k<d> (kept-dim
+// coordinates) and r<d> (reduced-dim counters).
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace vtpu::compiler::detail {
+
+class ReductionLoops {
+ public:
+  ReductionLoops(std::ostream& s, int rank, std::vector<bool> reduced);
+
+  int last_reduced() const { return last_reduced_; }
+
+  // Output index `index` -> kept-dim coordinates k<d> and the offsets.
+  void emit_offsets(const std::string& indent, const std::string& index) const;
+  // Steps k<d> and the offsets to the next output: an odometer, so that no
+  // output pays for integer divisions.
+  void emit_advance(const std::string& indent) const;
+  // Opens the loops over the reduced dims in row-major order (all of them, or
+  // all but the innermost); returns the input offset expression and the depth.
+  std::pair<std::string, int> open_loops(const std::string& indent, bool skip_last) const;
+  void close_loops(const std::string& indent, int depth) const;
+  // The kernel's extern "C" entry: tensors[0] the output described in the
+  // input's dims, tensors[1] the input; `with_scalars` stores args->scalars
+  // in c.scalars.
+  void emit_entry(const std::string& symbol, bool with_scalars) const;
+
+ private:
+  std::ostream& s_;
+  int rank_;
+  std::vector<bool> reduced_;
+  int last_reduced_ = -1;
+};
+
+}  // namespace vtpu::compiler::detail

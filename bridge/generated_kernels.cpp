@@ -224,6 +224,21 @@ bool generated_kernels_enabled() {
 
 namespace {
 
+// A Python number ATen wrapped into a 0-dim CPU tensor.
+bool is_python_scalar(const at::Tensor& t) {
+  return t.device().is_cpu() && t.dim() == 0 && t.unsafeGetTensorImpl()->is_wrapped_number();
+}
+
+// A Python scalar as a Constant node (same promotion rules as a wrapped
+// number); its value is passed at launch, so the kernel serves every value.
+ir::ValueId add_python_scalar(ir::Graph& graph, const at::Tensor& t) {
+  const c10::Scalar value = t.item();
+  ir::AttrValue attr = value.isBoolean() ? ir::AttrValue(value.toBool())
+                       : value.isIntegral(false) ? ir::AttrValue(value.toLong())
+                                                 : ir::AttrValue(value.toDouble());
+  return graph.add_node(ir::OpKind::Constant, {}, {{"value", attr}});
+}
+
 // Flat launches (below) resolve their kernel through a memo keyed by all that
 // decides it then: op, out dtype, each operand's dtype or Python-scalar kind,
 // and the attributes (run-time scalar values left out, as in the
@@ -272,7 +287,7 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
   bool flat = ir::is_elementwise(op) && out.dim() >= 1 && out.is_contiguous();
   for (const at::Tensor& t : inputs) {
     if (t.device().type() == kVtpu) flat = flat && t.is_contiguous() && t.sizes() == out.sizes();
-    else if (!(t.device().is_cpu() && t.dim() == 0 && t.unsafeGetTensorImpl()->is_wrapped_number())) return false;
+    else if (!is_python_scalar(t)) return false;
   }
   std::optional<std::string> memo_key;
   if (flat) {
@@ -308,14 +323,8 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
       ids.push_back(graph.add_input(flat ? ir::TensorType{*dtype, iter_sizes, {1}}
                                          : ir::TensorType{*dtype, t.sizes().vec(), t.strides().vec()}));
       device_inputs.push_back(t);
-    } else if (t.device().is_cpu() && t.dim() == 0 && t.unsafeGetTensorImpl()->is_wrapped_number()) {
-      // A Python scalar: a Constant node (same promotion rules), its value
-      // passed at launch so the kernel serves every value.
-      const c10::Scalar value = t.item();
-      ir::AttrValue attr = value.isBoolean() ? ir::AttrValue(value.toBool())
-                           : value.isIntegral(false) ? ir::AttrValue(value.toLong())
-                                                     : ir::AttrValue(value.toDouble());
-      ids.push_back(graph.add_node(ir::OpKind::Constant, {}, {{"value", attr}}));
+    } else if (is_python_scalar(t)) {
+      ids.push_back(add_python_scalar(graph, t));
     } else {
       return false;
     }
@@ -348,12 +357,8 @@ at::Tensor launch_generated_indexed(ir::OpKind op, at::Tensor out, c10::ArrayRef
     if (t.device().type() == kVtpu) {
       ids.push_back(graph.add_input(ir::TensorType{*dtype, t.sizes().vec(), t.strides().vec()}));
       device_inputs.push_back(t);
-    } else if (t.device().is_cpu() && t.dim() == 0 && t.unsafeGetTensorImpl()->is_wrapped_number()) {
-      const c10::Scalar value = t.item();
-      ir::AttrValue attr = value.isBoolean() ? ir::AttrValue(value.toBool())
-                           : value.isIntegral(false) ? ir::AttrValue(value.toLong())
-                                                     : ir::AttrValue(value.toDouble());
-      ids.push_back(graph.add_node(ir::OpKind::Constant, {}, {{"value", attr}}));
+    } else if (is_python_scalar(t)) {
+      ids.push_back(add_python_scalar(graph, t));
     } else {
       return {};
     }

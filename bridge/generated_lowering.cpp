@@ -1,6 +1,7 @@
 #include "generated_lowering.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <ATen/native/TypeProperties.h>
 
 #include <functional>
@@ -299,6 +300,38 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
   stack->erase(stack->end() - static_cast<std::ptrdiff_t>(num_args), stack->end());
   stack->emplace_back(out);
   return true;
+}
+
+// fill_/zero_ on a generated Fill kernel. ATen converts the value with an
+// overflow check (300 into int8 raises): a value that fails it, or an integer
+// beyond 2^53 (launch scalars are doubles), stays on ATen's kernel.
+bool launch_generated_fill(const at::Tensor& self, const c10::Scalar& value) {
+  const auto dtype = to_ir_dtype(self.scalar_type());
+  if (!generated_kernels_enabled() || !dtype || value.isComplex() || self.is_conj() || self.is_neg()) return false;
+  double converted = 0;
+  try {
+    AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, self.scalar_type(), "vtpu_fill",
+                               [&] { converted = static_cast<double>(value.to<scalar_t>()); });
+  } catch (const c10::Error&) {
+    return false;
+  }
+  const bool floating = at::isFloatingType(self.scalar_type());
+  if (!floating && std::abs(converted) > 9007199254740992.0) return false;
+  const c10::Scalar exact = floating ? c10::Scalar(converted) : c10::Scalar(static_cast<std::int64_t>(converted));
+  return launch_generated_indexed(OpKind::Fill, self, {wrapped(exact)},
+                                  {{"sizes", self.sizes().vec()}, {"dtype", *dtype}})
+      .defined();
+}
+
+// A device-to-device copy_ of equal shapes on a generated Cast kernel. ATen
+// refuses a destination that overlaps itself or its source; those (and
+// broadcasting copies) stay on ATen's kernel, which raises or handles them.
+bool launch_generated_copy(const at::Tensor& dst, const at::Tensor& src) {
+  const auto dtype = to_ir_dtype(dst.scalar_type());
+  if (!generated_kernels_enabled() || !dtype || src.sizes() != dst.sizes() || src.is_conj() || src.is_neg() ||
+      dst.is_conj() || dst.is_neg() || !dst.is_non_overlapping_and_dense() || src.storage().is_alias_of(dst.storage()))
+    return false;
+  return launch_generated(OpKind::Cast, dst, {src}, {{"dtype", *dtype}});
 }
 
 }  // namespace vtpu::bridge

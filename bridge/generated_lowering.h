@@ -12,4 +12,9 @@ namespace vtpu::bridge {
 // holds its results. False leaves the stack untouched.
 bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// The bridge's native fill_/zero_ and device-to-device copy_ on generated
+// kernels. False, having queued nothing, when the case stays on ATen's kernel.
+bool launch_generated_fill(const at::Tensor& self, const c10::Scalar& value);
+bool launch_generated_copy(const at::Tensor& dst, const at::Tensor& src);
+
 }  // namespace vtpu::bridge

@@ -10,6 +10,7 @@
 
 #include "aten_bridge.h"
 #include "device_context.h"
+#include "generated_lowering.h"
 
 namespace vtpu::bridge {
 namespace {
@@ -92,6 +93,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   // Queued kernels hold CPU aliases plus the device storages, never the
   // caller's tensors: dropping a Python-owned tensor on the worker would need the GIL.
   if (src_on_device && dst_on_device) {
+    if (launch_generated_copy(dst, self)) return dst;
     context.launch([src = cpu_alias(self), to = cpu_alias(dst), keep = std::make_pair(self.storage(), dst.storage())]() mutable {
       to.copy_(src);
     });
@@ -175,6 +177,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   DeviceContext& context = DeviceContext::get();
   context.metrics().count_op();
   if (self.numel() == 0) return self;
+  if (launch_generated_fill(self, value)) return self;
   context.launch([alias = cpu_alias(self), keep = self.storage(), value]() mutable { alias.fill_(value); });
   return self;
 }
@@ -183,6 +186,7 @@ at::Tensor& zero(at::Tensor& self) {
   DeviceContext& context = DeviceContext::get();
   context.metrics().count_op();
   if (self.numel() == 0) return self;
+  if (launch_generated_fill(self, 0)) return self;
   context.launch([alias = cpu_alias(self), keep = self.storage()]() mutable { alias.zero_(); });
   return self;
 }

@@ -100,6 +100,25 @@ void add_softmax(std::vector<Graph>& set, DType dt, bool backward) {
   }
 }
 
+// fill_/zero_ (every tensor in its own rank, the value a Constant of the
+// output's kind) and device-to-device copies of contiguous tensors (a flat Cast).
+void add_fills_and_copies(std::vector<Graph>& set) {
+  for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kInt64}) {
+    const ir::AttrValue value = ir::is_floating(dt) ? ir::AttrValue(0.0) : ir::AttrValue(std::int64_t{0});
+    for (std::size_t rank = 0; rank <= 4; ++rank) {
+      Graph graph;
+      const ir::ValueId c = graph.add_node(OpKind::Constant, {}, {{"value", value}});
+      graph.mark_output(graph.add_node(OpKind::Fill, {c}, {{"sizes", std::vector<std::int64_t>(rank, 3)}, {"dtype", dt}}));
+      set.push_back(std::move(graph));
+    }
+  }
+  const std::pair<DType, DType> casts[] = {{DType::kFloat32, DType::kFloat32}, {DType::kFloat32, DType::kBFloat16},
+                                           {DType::kBFloat16, DType::kFloat32}, {DType::kBFloat16, DType::kBFloat16},
+                                           {DType::kInt64, DType::kInt64}};
+  for (const auto& [from, to] : casts)
+    set.push_back(ir::single_op(OpKind::Cast, {TensorType::contiguous(from, {16})}, {{"dtype", to}}));
+}
+
 }  // namespace
 
 std::vector<Graph> aot_kernel_set() {
@@ -109,6 +128,7 @@ std::vector<Graph> aot_kernel_set() {
   add_reductions(set, DType::kFloat32);
   add_softmax(set, DType::kFloat32, true);
   add_softmax(set, DType::kBFloat16, false);
+  add_fills_and_copies(set);
   return set;
 }
 

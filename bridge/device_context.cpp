@@ -111,6 +111,7 @@ DeviceContext& DeviceContext::get() {
 }
 
 void DeviceContext::set_mode(Mode mode) {
+  if (mode != Mode::kFused) flush_window("mode_change");
   if (mode == Mode::kDebug && mode_.load() != Mode::kDebug) synchronize("mode_change");
   mode_.store(mode, std::memory_order_release);
 }
@@ -123,6 +124,11 @@ void DeviceContext::launch(std::function<void()> kernel, std::string op) {
     kernel();
     return;
   }
+  flush_window("unfused_op");
+  enqueue_task(std::move(kernel), std::move(op));
+}
+
+void DeviceContext::enqueue_task(std::function<void()> kernel, std::string op) {
   const CallSite site = capture_call_site();
   if (mode() == Mode::kDebug) {
     try {
@@ -146,6 +152,7 @@ void DeviceContext::launch(std::function<void()> kernel, std::string op) {
 void DeviceContext::synchronize(const char* reason) {
   metrics_.count_sync(reason);
   if (stream_->on_worker_thread()) return;
+  flush_window(reason, /*count=*/false);
   const std::uint64_t target = stream_->enqueued();
   auto wait = [&] { stream_->wait_for(target); };
   if (blocking_wait_wrapper()) {

@@ -24,7 +24,6 @@ Mode parse_mode(const std::string& name);
 struct MetricsSnapshot {
   std::uint64_t ops = 0;
   std::uint64_t kernels_launched = 0;
-  std::uint64_t fused_kernels = 0;
   std::uint64_t compiles = 0;
   std::uint64_t cache_misses = 0;
   std::map<std::string, std::uint64_t> cache_hits;         // memory, disk, shared
@@ -63,6 +62,8 @@ class DeviceContext {
   void set_mode(Mode mode);
 
   // Runs `kernel` now (debug) or enqueues it (strict, fused), counting it.
+  // In fused mode a pending window is flushed first (reason "unfused_op"):
+  // the kernel must run after the ops recorded before it.
   // The op's Python call site is captured here, on the issuing thread; an
   // error of the kernel is raised as "[op] message (issued at file:line in
   // fn)": at once in debug, at the next synchronisation otherwise.
@@ -72,12 +73,28 @@ class DeviceContext {
   // the synchronisation under `reason`.
   void synchronize(const char* reason);
 
+  // Enqueues `kernel` as launch() does but without flushing the fused
+  // window: the window's own flush uses it. Does not count a kernel.
+  void enqueue_task(std::function<void()> kernel, std::string op);
+
+  // Fused mode's pending window (fused_window.cpp) registers how to flush
+  // it; `pending` tells launch()/synchronize() cheaply whether to call it.
+  // The flusher counts its flush under `reason` when `count` is true.
+  using WindowFlusher = void (*)(const char* reason, bool count);
+  void set_window_flusher(WindowFlusher flusher) { window_flusher_ = flusher; }
+  void set_window_pending(bool pending) { window_pending_.store(pending, std::memory_order_release); }
+  void flush_window(const char* reason, bool count = true) {
+    if (window_pending_.load(std::memory_order_acquire) && window_flusher_ != nullptr) window_flusher_(reason, count);
+  }
+
 
  private:
   DeviceContext();
   runtime::Allocator allocator_;
   Metrics metrics_;
   std::atomic<Mode> mode_;
+  std::atomic<bool> window_pending_{false};
+  WindowFlusher window_flusher_ = nullptr;
   // Last member: the worker is joined (drained) before the allocator dies.
   std::unique_ptr<runtime::Stream> stream_;
 };

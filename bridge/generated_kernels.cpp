@@ -17,6 +17,7 @@
 
 #include "aten_bridge.h"
 #include "device_context.h"
+#include "fused_window.h"
 #include "vtpu/cache/compile_cache.h"
 #include "vtpu/compiler/host_codegen.h"
 #include "vtpu/compiler/kernel_provider.h"
@@ -164,25 +165,11 @@ void enqueue(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t rank, std::v
   DeviceContext& context = DeviceContext::get();
   context.metrics().count_op();
   ++g_launches;
-  context.launch([fn, op, rank, tensors = std::move(tensors), scalars = std::move(scalars)]() {
-    std::vector<compiler::VtpuTensorArg> args;
-    args.reserve(tensors.size());
-    for (const auto& t : tensors) args.push_back(t.arg);
-    compiler::VtpuKernelStatus status{};
-    compiler::VtpuLaunchArgs launch{compiler::kLaunchAbiVersion, static_cast<std::int32_t>(rank),
-                                    static_cast<std::int32_t>(args.size()), args.data(), scalars.data(),
-                                    &aten_parallel_for, nullptr, &status};
-    fn(&launch);
-    // The kernel skipped the bad elements; the error is ATen's for the same input.
-    // ATen's message for the same bad index (the launch adds the op's name and
-    // call site on the way out).
-    if (status.code != compiler::kVtpuOk) {
-      // gather/scatter_add check with TORCH_CHECK (RuntimeError), the others
-      // with TORCH_CHECK_INDEX (IndexError).
-      TORCH_CHECK(op != ir::OpKind::Gather && op != ir::OpKind::ScatterAdd, "index ", status.value,
-                  " is out of bounds for dimension ", status.dim, " with size ", status.bound);
-      TORCH_CHECK_INDEX(false, "index out of range in self");
-    }
+  std::vector<compiler::VtpuTensorArg> args;
+  args.reserve(tensors.size());
+  for (const auto& t : tensors) args.push_back(t.arg);
+  context.launch([fn, op, rank, args = std::move(args), scalars = std::move(scalars)]() {
+    run_generated_kernel(fn, op, rank, args, scalars);
   }, std::string(ir::name(op)));
 }
 
@@ -213,6 +200,29 @@ compiler::VtpuKernelFn resolve_kernel(ir::Graph& graph, const at::Tensor& out, c
 
 std::optional<ir::DType> to_ir_dtype(c10::ScalarType t) { return to_ir(t); }
 
+compiler::KernelProvider* generated_kernel_provider() { return provider(); }
+
+void count_generated_launches(std::uint64_t n) { g_launches += n; }
+
+void run_generated_kernel(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t rank,
+                          const std::vector<compiler::VtpuTensorArg>& tensors, const std::vector<double>& scalars) {
+  compiler::VtpuKernelStatus status{};
+  compiler::VtpuLaunchArgs launch{compiler::kLaunchAbiVersion, static_cast<std::int32_t>(rank),
+                                  static_cast<std::int32_t>(tensors.size()),
+                                  const_cast<compiler::VtpuTensorArg*>(tensors.data()), scalars.data(),
+                                  &aten_parallel_for, nullptr, &status};
+  fn(&launch);
+  // The kernel skipped the bad elements; the error is ATen's for the same
+  // input (the launch adds the op's name and call site on the way out).
+  if (status.code != compiler::kVtpuOk) {
+    // gather/scatter_add check with TORCH_CHECK (RuntimeError), the others
+    // with TORCH_CHECK_INDEX (IndexError).
+    TORCH_CHECK(op != ir::OpKind::Gather && op != ir::OpKind::ScatterAdd, "index ", status.value,
+                " is out of bounds for dimension ", status.dim, " with size ", status.bound);
+    TORCH_CHECK_INDEX(false, "index out of range in self");
+  }
+}
+
 bool generated_kernels_enabled() {
   static const bool enabled = [] {
     // On by default; VTPU_GENERATED_KERNELS=0 runs ATen's CPU kernels instead.
@@ -237,6 +247,49 @@ ir::ValueId add_python_scalar(ir::Graph& graph, const at::Tensor& t) {
                        : value.isIntegral(false) ? ir::AttrValue(value.toLong())
                                                  : ir::AttrValue(value.toDouble());
   return graph.add_node(ir::OpKind::Constant, {}, {{"value", attr}});
+}
+
+ir::AttrValue python_scalar_value(const at::Tensor& t) {
+  const c10::Scalar value = t.item();
+  return value.isBoolean() ? ir::AttrValue(value.toBool())
+         : value.isIntegral(false) ? ir::AttrValue(value.toLong())
+                                   : ir::AttrValue(value.toDouble());
+}
+
+// Fused mode: the elementwise op goes into the pending window, with the
+// launch strict mode would make (fused_window.h). `tensors`/`scalars` are
+// that launch's arguments.
+void record(ir::OpKind op, const ir::Attributes& attrs, const at::Tensor& out, c10::ArrayRef<at::Tensor> inputs,
+            compiler::VtpuKernelFn fn, std::int64_t rank, const std::vector<KernelTensor>& tensors,
+            std::vector<double> scalars) {
+  DeviceContext::get().metrics().count_op();
+  WindowOp w;
+  w.op = op;
+  w.attrs = attrs;
+  w.iter_sizes = out.sizes().vec();
+  auto tensor_operand = [&](const at::Tensor& t) {
+    WindowOperand o;
+    o.is_tensor = true;
+    o.dtype = *to_ir(t.scalar_type());
+    o.arg = kernel_tensor(t, out.sizes()).arg;
+    o.storage = t.storage();
+    return o;
+  };
+  w.out = tensor_operand(out);
+  for (const at::Tensor& t : inputs) {
+    if (t.device().type() == kVtpu) {
+      w.inputs.push_back(tensor_operand(t));
+    } else {
+      WindowOperand o;
+      o.constant = python_scalar_value(t);
+      w.inputs.push_back(std::move(o));
+    }
+  }
+  w.single_op_fn = fn;
+  w.single_op_rank = rank;
+  for (const KernelTensor& t : tensors) w.single_op_tensors.push_back(t.arg);
+  w.single_op_scalars = std::move(scalars);
+  record_in_window(std::move(w));
 }
 
 // Flat launches (below) resolve their kernel through a memo keyed by all that
@@ -308,7 +361,8 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
       }
       if (const char* runtime = ir::runtime_scalar_attribute(op); runtime != nullptr && attrs.has(runtime))
         scalars.push_back(attrs.get_double(runtime));
-      enqueue(fn, op, 1, std::move(tensors), std::move(scalars));
+      if (fused_recording_active()) record(op, attrs, out, inputs, fn, 1, tensors, std::move(scalars));
+      else enqueue(fn, op, 1, std::move(tensors), std::move(scalars));
       return true;
     }
   }
@@ -342,7 +396,11 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
   for (const at::Tensor& t : device_inputs)
     tensors.push_back(flat ? flat_kernel_tensor(t) : kernel_tensor(t, out.sizes()));
   // Constant values and run-time attributes (alpha, value, ...), in node order.
-  enqueue(fn, op, static_cast<std::int64_t>(iter_sizes.size()), std::move(tensors), compiler::launch_scalars(graph));
+  const auto rank = static_cast<std::int64_t>(iter_sizes.size());
+  if (fused_recording_active() && ir::is_elementwise(op))
+    record(op, attrs, out, inputs, fn, rank, tensors, compiler::launch_scalars(graph));
+  else
+    enqueue(fn, op, rank, std::move(tensors), compiler::launch_scalars(graph));
   return true;
 }
 

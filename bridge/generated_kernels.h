@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "vtpu/compiler/kernel_provider.h"
+#include "vtpu/compiler/launch_abi.h"
 #include "vtpu/ir/attributes.h"
 #include "vtpu/ir/op.h"
 
@@ -45,6 +47,16 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
 // op stays on ATen's kernel (nothing queued).
 at::Tensor launch_generated_indexed(ir::OpKind op, at::Tensor out, c10::ArrayRef<at::Tensor> inputs,
                                     const ir::Attributes& attrs);
+
+// The process's kernel provider (nullptr when the cache could not be set up).
+compiler::KernelProvider* generated_kernel_provider();
+
+// Runs a generated kernel now (on the stream worker); a bad index reported
+// by the kernel raises ATen's error for it.
+void run_generated_kernel(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t rank,
+                          const std::vector<compiler::VtpuTensorArg>& tensors, const std::vector<double>& scalars);
+// Adds launches made outside this file (fused mode's) to the generated count.
+void count_generated_launches(std::uint64_t n);
 
 struct GeneratedKernelStats {
   std::uint64_t launches = 0;

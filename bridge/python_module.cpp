@@ -11,6 +11,7 @@
 #include "aten_bridge.h"
 #include "call_site.h"
 #include "device_context.h"
+#include "fused_window.h"
 #include "generated_kernels.h"
 #include "vtpu/runtime/error.h"
 #include "vtpu/runtime/memory_size.h"
@@ -42,7 +43,13 @@ py::dict metrics_dict() {
   d["ops"] = s.ops;
   d["kernels_launched"] = s.kernels_launched;
   d["generated_kernels"] = now.launches;
-  d["fused_kernels"] = s.fused_kernels;
+  const FusionStats fusion = fusion_stats();
+  d["fused_kernels"] = fusion.fused_kernels;
+  d["ops_per_fused_kernel"] = fusion.ops_per_kernel;
+  d["dead_stores_skipped"] = fusion.dead_stores_skipped;
+  d["pattern_cache_hits"] = fusion.pattern_hits;
+  d["pattern_cache_misses"] = fusion.pattern_misses;
+  d["fusion_compiles"] = fusion.background_compiles;
   d["compiles"] = now.compiles - base.compiles;
   d["compile_seconds"] = now.compile_seconds - base.compile_seconds;
   py::dict hits;
@@ -120,7 +127,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_metrics", [] {
     DeviceContext::get().metrics().reset();
     reset_generated_kernel_launches();
+    reset_fusion_stats();
     generated_baseline() = generated_kernel_stats();
+  });
+  m.def("_wait_for_fusion_compiles", [] {
+    py::gil_scoped_release no_gil;
+    wait_for_fusion_compiles();
   });
   m.def("_memory_stats", &memory_stats);
   m.def("_reset_peak_memory_stats", [] { DeviceContext::get().allocator().reset_peak_stats(); });

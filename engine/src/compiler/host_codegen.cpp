@@ -236,6 +236,9 @@ class Emitter {
   void emit_body(std::ostringstream& s, int num_outputs) {
     int scalar_index = 0;
     const auto& inputs = graph_.inputs();
+    std::vector<bool> consumed(graph_.nodes().size(), false);
+    for (const ir::Node& node : graph_.nodes())
+      for (ir::ValueId in : node.inputs) consumed[static_cast<std::size_t>(in)] = true;
     for (std::size_t i = 0; i < graph_.nodes().size(); ++i) {
       const auto id = static_cast<ir::ValueId>(i);
       const ir::Node& node = graph_.nodes()[i];
@@ -256,8 +259,18 @@ class Emitter {
       }
       if (has_runtime_scalar(node))  // its attribute value arrives as the next launch scalar
         s << "  const double a" << id << " = c.scalars[" << scalar_index++ << "];\n";
-      s << "  const " << out_ct << " " << value(id) << " = static_cast<" << out_ct << ">(" << expression(node, id)
-        << ");\n";
+      // A half/bf16 value read by a later node is first rounded to its
+      // storage type, exactly as when it went through memory between two
+      // single-op kernels: fused and strict give the same bits.
+      const bool reduced = node.type.dtype == DType::kBFloat16 || node.type.dtype == DType::kFloat16;
+      if (reduced && consumed[i]) {
+        const std::string st = storage_type(node.type.dtype);
+        s << "  const " << out_ct << " " << value(id) << " = static_cast<" << out_ct << ">(vtpu_load(vtpu_store_t<" << st
+          << ">::of(" << expression(node, id) << ")));\n";
+      } else {
+        s << "  const " << out_ct << " " << value(id) << " = static_cast<" << out_ct << ">(" << expression(node, id)
+          << ");\n";
+      }
     }
     for (int k = 0; k < num_outputs; ++k) {
       const ir::ValueId id = graph_.outputs()[static_cast<std::size_t>(k)];

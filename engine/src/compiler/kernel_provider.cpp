@@ -77,8 +77,11 @@ cache::Key KernelProvider::key_for(const ir::Graph& graph) {
   return key_for_source(source_for(graph, symbol_for(graph)));
 }
 
-// One lock around lookup and build: a thread that needs a kernel being
-// compiled waits for it rather than compiling it twice.
+// The maps are guarded by mutex_, held only for lookups; builds are
+// serialised by build_mutex_ so that a thread needing a kernel being compiled
+// waits for it rather than compiling it twice, while lookups of kernels
+// already loaded (strict mode's hot path) never wait for a compile running
+// on another thread (fused mode's background compiles).
 VtpuKernelFn KernelProvider::get(const ir::Graph& graph) {
   const std::string symbol = symbol_for(graph);
   {
@@ -90,15 +93,24 @@ VtpuKernelFn KernelProvider::get(const ir::Graph& graph) {
   }
   const std::string source = source_for(graph, symbol);
   const cache::Key key = key_for_source(source);
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (auto it = loaded_.find(symbol); it != loaded_.end()) return it->second.fn;
-  if (auto it = aot_symbols_.find(key.hex()); it != aot_symbols_.end()) {
-    if (VtpuKernelFn fn = aot_library_->find(it->second)) {
-      loaded_.emplace(symbol, Loaded{aot_library_, fn});
-      ++aot_hits_;
-      return fn;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = loaded_.find(symbol); it != loaded_.end()) return it->second.fn;
+    if (auto it = aot_symbols_.find(key.hex()); it != aot_symbols_.end()) {
+      if (VtpuKernelFn fn = aot_library_->find(it->second)) {
+        loaded_.emplace(symbol, Loaded{aot_library_, fn});
+        ++aot_hits_;
+        return fn;
+      }
     }
   }
+  std::lock_guard<std::mutex> build(build_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = loaded_.find(symbol); it != loaded_.end()) return it->second.fn;
+  }
+  // compiler_ exists from key_for_source on and is only read from here on.
+  const SystemCompiler& system_compiler = *compiler_;
   auto entry = cache_->get_or_create(key, [&] {
     // VTPU_LOG_COMPILES=1: which graphs compile at run time (candidates for
     // the ahead-of-time library).
@@ -106,9 +118,9 @@ VtpuKernelFn KernelProvider::get(const ir::Graph& graph) {
       std::fprintf(stderr, "vtpu: compiling %s\n%s\n", symbol.c_str(), ir::to_string(graph).c_str());
     const auto start = std::chrono::steady_clock::now();
     cache::Entry built;
-    built.data = compiler().compile(source);
+    built.data = system_compiler.compile(source);
     built.metadata["symbol"] = symbol;
-    built.metadata["compiler"] = compiler().identity();
+    built.metadata["compiler"] = system_compiler.identity();
     compile_nanoseconds_ += static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
     ++compiles_;
@@ -116,6 +128,7 @@ VtpuKernelFn KernelProvider::get(const ir::Graph& graph) {
   });
   auto library = std::make_shared<KernelLibrary>(KernelLibrary::load(entry->data));
   VtpuKernelFn fn = library->get(symbol);
+  std::lock_guard<std::mutex> lock(mutex_);
   loaded_.emplace(symbol, Loaded{std::move(library), fn});
   return fn;
 }
@@ -136,8 +149,12 @@ std::size_t KernelProvider::attach_aot(std::shared_ptr<KernelLibrary> library) {
 }
 
 std::vector<std::uint8_t> KernelProvider::compile(const std::string& source) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return compiler().compile(source);
+  const SystemCompiler* system_compiler = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    system_compiler = &compiler();
+  }
+  return system_compiler->compile(source);
 }
 
 ProviderStats KernelProvider::stats() const {

@@ -64,7 +64,8 @@ class KernelProvider {
   cache::Key key_for_source(const std::string& source);
 
   std::unique_ptr<cache::CompileCache> cache_;
-  mutable std::mutex mutex_;
+  mutable std::mutex mutex_;  // the maps below and compiler_'s creation
+  std::mutex build_mutex_;     // one build at a time (kernel_provider.cpp)
   std::unique_ptr<SystemCompiler> compiler_;  // found on first use
   struct Loaded {
     std::shared_ptr<KernelLibrary> library;

@@ -1,0 +1,451 @@
+#include "fused_window.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "device_context.h"
+#include "generated_kernels.h"
+#include "vtpu/compiler/host_codegen.h"
+#include "vtpu/compiler/kernel_provider.h"
+#include "vtpu/ir/graph.h"
+#include "vtpu/runtime/error.h"
+
+namespace vtpu::bridge {
+namespace {
+
+// Bounds that keep a fused kernel's source (and its compile) small and a
+// window's bookkeeping cheap. Both are program properties: reaching them is
+// a deterministic flush point.
+constexpr std::size_t kMaxOpsPerCluster = 48;
+constexpr std::size_t kMaxWindowOps = 1024;
+
+// Where an operand lives: same storage, same first element, same strides
+// and dtype over the same iteration space means the same elements.
+struct Geometry {
+  const c10::StorageImpl* storage = nullptr;
+  const void* data = nullptr;
+  ir::DType dtype = ir::DType::kFloat32;
+  std::vector<std::int64_t> strides;
+  bool operator==(const Geometry& o) const {
+    return storage == o.storage && data == o.data && dtype == o.dtype && strides == o.strides;
+  }
+};
+
+Geometry geometry_of(const WindowOperand& o, std::size_t rank) {
+  return {o.storage.unsafeGetStorageImpl(), o.arg.data, o.dtype,
+          std::vector<std::int64_t>(o.arg.strides, o.arg.strides + rank)};
+}
+
+struct Use {
+  std::size_t cluster;
+  Geometry geometry;
+  bool written;
+};
+
+struct Cluster {
+  std::vector<std::int64_t> iter_sizes;
+  std::vector<std::size_t> ops;  // indices into Window::ops, program order
+};
+
+struct PatternState {
+  compiler::VtpuKernelFn fn = nullptr;
+  bool failed = false;
+};
+
+// Builds fused kernels off the issuing thread, one at a time.
+class BackgroundCompiler {
+ public:
+  ~BackgroundCompiler() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    ready_.notify_all();
+    if (worker_.joinable()) worker_.join();
+  }
+
+  void submit(std::string symbol, ir::Graph graph);
+  void wait_idle() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  }
+  // The pattern table: symbol -> built kernel (or failure).
+  std::mutex patterns_mutex;
+  std::unordered_map<std::string, PatternState> patterns;
+  std::unordered_map<std::string, bool> requested;  // guarded by patterns_mutex
+  std::atomic<std::uint64_t> compiles{0};
+
+ private:
+  void loop();
+  std::mutex mutex_;
+  std::condition_variable ready_, idle_;
+  std::deque<std::pair<std::string, ir::Graph>> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+void BackgroundCompiler::submit(std::string symbol, ir::Graph graph) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!worker_.joinable()) worker_ = std::thread([this] { loop(); });
+  queue_.emplace_back(std::move(symbol), std::move(graph));
+  ready_.notify_one();
+}
+
+void BackgroundCompiler::loop() {
+  for (;;) {
+    std::pair<std::string, ir::Graph> job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    PatternState state;
+    try {
+      compiler::KernelProvider* provider = generated_kernel_provider();
+      state.fn = provider == nullptr ? nullptr : provider->get(job.second);
+    } catch (const std::exception&) {
+      state.fn = nullptr;  // the pattern keeps running on single-op kernels
+    }
+    state.failed = state.fn == nullptr;
+    ++compiles;
+    {
+      std::lock_guard<std::mutex> lock(patterns_mutex);
+      patterns[job.first] = state;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_ = false;
+    }
+    idle_.notify_all();
+  }
+}
+
+BackgroundCompiler& background() {
+  // Leaked on purpose, like the device context: kernels stay loaded to exit.
+  static auto* compiler = new BackgroundCompiler();
+  return *compiler;
+}
+
+bool compile_in_foreground() {
+  static const bool foreground = [] {
+    const char* env = std::getenv("VTPU_FUSED_COMPILE");
+    return env != nullptr && std::string(env) == "sync";
+  }();
+  return foreground;
+}
+
+class Window {
+ public:
+  void record(WindowOp op);
+  void flush(const char* reason, bool count);
+  FusionStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+  void reset_stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_ = {};
+  }
+
+ private:
+  std::size_t choose_cluster(const WindowOp& op, const std::vector<Geometry>& geometries, bool& joins);
+  void flush_locked(std::vector<WindowOp>& released);
+  void launch_cluster(const Cluster& cluster, std::size_t index,
+                      const std::unordered_map<const c10::StorageImpl*, std::size_t>& window_refs);
+  void launch_unfused(const Cluster& cluster);
+
+  std::mutex mutex_;
+  std::vector<WindowOp> ops_;
+  std::vector<Cluster> clusters_;
+  std::unordered_map<const c10::StorageImpl*, std::vector<Use>> uses_;
+  FusionStats stats_;
+};
+
+Window& window() {
+  static auto* w = new Window();
+  return *w;
+}
+
+// The operands of `op` in order: the output, then the tensor inputs.
+std::vector<const WindowOperand*> tensor_operands(const WindowOp& op) {
+  std::vector<const WindowOperand*> out{&op.out};
+  for (const WindowOperand& in : op.inputs)
+    if (in.is_tensor) out.push_back(&in);
+  return out;
+}
+
+// The cluster `op` joins (joins = true) or the index a new one gets.
+std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometry>& geometries, bool& joins) {
+  const std::vector<const WindowOperand*> operands = tensor_operands(op);
+  joins = false;
+  for (std::size_t k = clusters_.size(); k-- > 0;) {
+    const Cluster& cluster = clusters_[k];
+    bool same_geometry = cluster.iter_sizes == op.iter_sizes && cluster.ops.size() < kMaxOpsPerCluster;
+    bool conflict = false;
+    for (std::size_t i = 0; i < operands.size(); ++i) {
+      const bool writes = i == 0;
+      auto found = uses_.find(geometries[i].storage);
+      if (found == uses_.end()) continue;
+      for (const Use& use : found->second) {
+        if (use.cluster != k) continue;
+        if (!(use.geometry == geometries[i]) && (writes || use.written)) same_geometry = false;
+        if (writes || use.written) conflict = true;
+      }
+    }
+    if (same_geometry) {
+      joins = true;
+      return k;
+    }
+    // The op may not move before a cluster it depends on or that depends on it.
+    if (conflict) break;
+  }
+  return clusters_.size();
+}
+
+void Window::record(WindowOp op) {
+  std::vector<WindowOp> released;  // storages die outside the lock
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ops_.size() >= kMaxWindowOps) {
+      DeviceContext::get().metrics().count_sync("window_limit");
+      flush_locked(released);
+    }
+    const std::size_t rank = op.iter_sizes.size();
+    std::vector<Geometry> geometries;
+    for (const WindowOperand* o : tensor_operands(op)) geometries.push_back(geometry_of(*o, rank));
+    bool joins = false;
+    const std::size_t k = choose_cluster(op, geometries, joins);
+    if (!joins) clusters_.push_back(Cluster{op.iter_sizes, {}});
+    clusters_[k].ops.push_back(ops_.size());
+    for (std::size_t i = 0; i < geometries.size(); ++i)
+      uses_[geometries[i].storage].push_back(Use{k, geometries[i], i == 0});
+    ops_.push_back(std::move(op));
+    DeviceContext::get().set_window_pending(true);
+  }
+}
+
+void Window::flush(const char* reason, bool count) {
+  std::vector<WindowOp> released;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ops_.empty()) return;
+    if (count) DeviceContext::get().metrics().count_sync(reason);
+    flush_locked(released);
+  }
+}
+
+void Window::flush_locked(std::vector<WindowOp>& released) {
+  std::unordered_map<const c10::StorageImpl*, std::size_t> window_refs;
+  for (const WindowOp& op : ops_)
+    for (const WindowOperand* o : tensor_operands(op)) ++window_refs[o->storage.unsafeGetStorageImpl()];
+  for (std::size_t k = 0; k < clusters_.size(); ++k) launch_cluster(clusters_[k], k, window_refs);
+  released = std::move(ops_);
+  ops_.clear();
+  clusters_.clear();
+  uses_.clear();
+  DeviceContext::get().set_window_pending(false);
+}
+
+void Window::launch_unfused(const Cluster& cluster) {
+  DeviceContext& context = DeviceContext::get();
+  for (std::size_t i : cluster.ops) {
+    WindowOp& op = ops_[i];
+    context.metrics().count_kernel();
+    context.enqueue_task([fn = op.single_op_fn, kind = op.op, rank = op.single_op_rank,
+                          tensors = std::move(op.single_op_tensors), scalars = std::move(op.single_op_scalars)] {
+      run_generated_kernel(fn, kind, rank, tensors, scalars);
+    }, std::string(ir::name(op.op)));
+  }
+  count_generated_launches(cluster.ops.size());
+  stats_.unfused_ops += cluster.ops.size();
+}
+
+bool contiguous_in(const compiler::VtpuTensorArg& arg, const std::vector<std::int64_t>& sizes) {
+  std::int64_t expected = 1;
+  for (std::size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] != 1 && arg.strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+void Window::launch_cluster(const Cluster& cluster, std::size_t index,
+                            const std::unordered_map<const c10::StorageImpl*, std::size_t>& window_refs) {
+  if (cluster.ops.size() == 1) {
+    launch_unfused(cluster);
+    return;
+  }
+  const std::size_t rank = cluster.iter_sizes.size();
+  // Flatten when every tensor is dense in the iteration order: one kernel
+  // then serves every rank.
+  bool flat = rank >= 1;
+  for (std::size_t i : cluster.ops)
+    for (const WindowOperand* o : tensor_operands(ops_[i])) flat = flat && contiguous_in(o->arg, cluster.iter_sizes);
+  std::int64_t numel = 1;
+  for (std::int64_t s : cluster.iter_sizes) numel *= s;
+  const std::vector<std::int64_t> sizes = flat ? std::vector<std::int64_t>{numel} : cluster.iter_sizes;
+  auto tensor_type = [&](const WindowOperand& o) {
+    if (flat) return ir::TensorType{o.dtype, sizes, {1}};
+    return ir::TensorType{o.dtype, sizes, std::vector<std::int64_t>(o.arg.strides, o.arg.strides + rank)};
+  };
+  auto launch_arg = [&](const WindowOperand& o) {
+    compiler::VtpuTensorArg arg = o.arg;
+    if (flat) {
+      arg.sizes[0] = numel;
+      arg.strides[0] = 1;
+    }
+    return arg;
+  };
+
+  ir::Graph graph;
+  std::vector<std::pair<Geometry, ir::ValueId>> loaded, written;  // few entries: linear search
+  std::vector<const WindowOperand*> written_operand;
+  std::vector<compiler::VtpuTensorArg> input_args;
+  auto find = [](const std::vector<std::pair<Geometry, ir::ValueId>>& list, const Geometry& g) -> std::ptrdiff_t {
+    for (std::size_t i = 0; i < list.size(); ++i)
+      if (list[i].first == g) return static_cast<std::ptrdiff_t>(i);
+    return -1;
+  };
+  try {
+    for (std::size_t i : cluster.ops) {
+      const WindowOp& op = ops_[i];
+      std::vector<ir::ValueId> ids;
+      for (const WindowOperand& in : op.inputs) {
+        if (!in.is_tensor) {
+          ids.push_back(graph.add_node(ir::OpKind::Constant, {}, {{"value", in.constant}}));
+          continue;
+        }
+        const Geometry g = geometry_of(in, rank);
+        if (auto w = find(written, g); w >= 0) {
+          ids.push_back(written[static_cast<std::size_t>(w)].second);
+        } else if (auto l = find(loaded, g); l >= 0) {
+          ids.push_back(loaded[static_cast<std::size_t>(l)].second);
+        } else {
+          const ir::ValueId id = graph.add_input(tensor_type(in));
+          loaded.emplace_back(g, id);
+          input_args.push_back(launch_arg(in));
+          ids.push_back(id);
+        }
+      }
+      const ir::ValueId id = graph.add_node(op.op, ids, op.attrs);
+      if (graph.type(id).dtype != op.out.dtype) throw runtime::Error(runtime::ErrorKind::kInvalidArgument, "dtype");
+      const Geometry g = geometry_of(op.out, rank);
+      if (auto w = find(written, g); w >= 0) {
+        written[static_cast<std::size_t>(w)].second = id;
+      } else {
+        written.emplace_back(g, id);
+        written_operand.push_back(&op.out);
+      }
+    }
+  } catch (const runtime::Error&) {
+    launch_unfused(cluster);  // not expressible as one graph: strict's kernels
+    return;
+  }
+  // Outputs: every buffer written, except those nobody can read any more
+  // (only the window refers to the storage and no other cluster uses it).
+  std::vector<compiler::VtpuTensorArg> args;
+  std::uint64_t dead = 0;
+  for (std::size_t i = 0; i < written.size(); ++i) {
+    const c10::StorageImpl* storage = written[i].first.storage;
+    bool used_elsewhere = false;
+    for (const Use& use : uses_.at(storage)) used_elsewhere = used_elsewhere || use.cluster != index;
+    const bool dead_store =
+        !used_elsewhere && written_operand[i]->storage.use_count() == static_cast<std::int64_t>(window_refs.at(storage));
+    if (dead_store) {
+      ++dead;
+      continue;
+    }
+    graph.mark_output(written[i].second);
+    args.push_back(launch_arg(*written_operand[i]));
+  }
+  if (args.empty()) {  // every result is dead: nothing to run
+    stats_.dead_stores_skipped += dead;
+    return;
+  }
+  args.insert(args.end(), input_args.begin(), input_args.end());
+
+  const std::string symbol = compiler::KernelProvider::symbol_for(graph);
+  compiler::VtpuKernelFn fn = nullptr;
+  bool request = false;
+  BackgroundCompiler& builder = background();
+  {
+    std::lock_guard<std::mutex> lock(builder.patterns_mutex);
+    if (auto it = builder.patterns.find(symbol); it != builder.patterns.end()) {
+      fn = it->second.fn;
+    } else if (!builder.requested[symbol]) {
+      builder.requested[symbol] = true;
+      request = true;
+    }
+  }
+  if (request && compile_in_foreground()) {
+    builder.submit(symbol, graph);
+    builder.wait_idle();
+    std::lock_guard<std::mutex> lock(builder.patterns_mutex);
+    fn = builder.patterns[symbol].fn;
+  } else if (request) {
+    builder.submit(symbol, graph);
+  }
+  if (fn == nullptr) {
+    ++stats_.pattern_misses;
+    launch_unfused(cluster);
+    return;
+  }
+  ++stats_.pattern_hits;
+  ++stats_.fused_kernels;
+  ++stats_.ops_per_kernel[cluster.ops.size()];
+  stats_.dead_stores_skipped += dead;
+  DeviceContext& context = DeviceContext::get();
+  context.metrics().count_kernel();
+  count_generated_launches(1);
+  context.enqueue_task([fn, rank = static_cast<std::int64_t>(sizes.size()), args = std::move(args),
+                        scalars = compiler::launch_scalars(graph)] {
+    run_generated_kernel(fn, ir::OpKind::Add, rank, args, scalars);
+  }, "fused_kernel");
+}
+
+void flush_hook(const char* reason, bool count) { window().flush(reason, count); }
+
+}  // namespace
+
+bool fused_recording_active() {
+  DeviceContext& context = DeviceContext::get();
+  return context.mode() == Mode::kFused && !context.stream().on_worker_thread();
+}
+
+void record_in_window(WindowOp op) {
+  static const bool registered = [] {
+    DeviceContext::get().set_window_flusher(&flush_hook);
+    return true;
+  }();
+  (void)registered;
+  window().record(std::move(op));
+}
+
+FusionStats fusion_stats() {
+  FusionStats f = window().stats();
+  f.background_compiles = background().compiles.load();
+  return f;
+}
+
+void reset_fusion_stats() {
+  window().reset_stats();
+  background().compiles = 0;
+}
+
+void wait_for_fusion_compiles() { background().wait_idle(); }
+
+}  // namespace vtpu::bridge

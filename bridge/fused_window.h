@@ -1,0 +1,81 @@
+// Fused eager mode's pending window. In `fused` mode the elementwise ops that
+// strict mode would launch one by one on generated kernels are recorded here
+// instead; at a flush point the window becomes as few kernels as possible.
+//
+// The window is a list of clusters, each one iteration space (the output
+// shape) and each launched as one kernel. An op joins the latest cluster of
+// its shape that it may legally move back to: every buffer it touches has,
+// inside that cluster, the same geometry (so element i only ever meets
+// element i, and a value produced earlier in the cluster is forwarded in a
+// register), and no cluster created after it writes a buffer the op touches
+// or touches a buffer the op writes. Clusters run in the order they were
+// created, so every pair of dependent ops keeps its program order.
+//
+// Flush points are program points, never timing: a launch outside the window
+// ("unfused_op"), a host read or synchronisation (counted under its own
+// reason), a mode change and the window-size limit ("window_limit").
+//
+// A cluster's kernel is looked up by its shape-generic pattern. The first
+// time a pattern is seen its ops run as the single-op kernels strict mode
+// uses while the fused kernel compiles on a background thread; later
+// windows with that pattern launch it. Both give the same bits (the
+// generator rounds half/bf16 intermediates to their storage type), so the
+// swap is invisible. A buffer written in a cluster that no tensor refers to
+// any more by the flush and no other cluster reads is not written at all.
+#pragma once
+
+#include <c10/core/Storage.h>
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "vtpu/compiler/launch_abi.h"
+#include "vtpu/ir/attributes.h"
+#include "vtpu/ir/op.h"
+
+namespace vtpu::bridge {
+
+struct WindowOperand {
+  bool is_tensor = false;
+  ir::DType dtype = ir::DType::kFloat32;
+  ir::AttrValue constant;          // a Python scalar's value (when !is_tensor)
+  compiler::VtpuTensorArg arg{};   // in the op's iteration space (broadcast dims: stride 0)
+  c10::Storage storage;            // keeps the buffer alive until the flush
+};
+
+// One elementwise op: what fusion needs, and its strict single-op launch.
+struct WindowOp {
+  ir::OpKind op = ir::OpKind::Add;
+  ir::Attributes attrs;
+  std::vector<std::int64_t> iter_sizes;
+  WindowOperand out;
+  std::vector<WindowOperand> inputs;
+  compiler::VtpuKernelFn single_op_fn = nullptr;
+  std::int64_t single_op_rank = 0;
+  std::vector<compiler::VtpuTensorArg> single_op_tensors;
+  std::vector<double> single_op_scalars;
+};
+
+// True on the issuing thread in fused mode (the stream worker runs nested
+// ops at once).
+bool fused_recording_active();
+void record_in_window(WindowOp op);
+
+struct FusionStats {
+  std::uint64_t fused_kernels = 0;                      // launches of multi-op kernels
+  std::map<std::uint64_t, std::uint64_t> ops_per_kernel;  // ops -> fused launches
+  std::uint64_t dead_stores_skipped = 0;
+  std::uint64_t pattern_hits = 0;                       // clusters whose fused kernel was ready
+  std::uint64_t pattern_misses = 0;                     // clusters run unfused (first sightings)
+  std::uint64_t unfused_ops = 0;                        // ops run on single-op kernels at a flush
+  std::uint64_t background_compiles = 0;
+};
+FusionStats fusion_stats();
+void reset_fusion_stats();
+
+// Blocks until every fused kernel requested so far is built (or failed);
+// tests and benchmarks use it to reach the steady state deterministically.
+void wait_for_fusion_compiles();
+
+}  // namespace vtpu::bridge

@@ -3,9 +3,11 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,15 +37,18 @@ struct Geometry {
   const c10::StorageImpl* storage = nullptr;
   const void* data = nullptr;
   ir::DType dtype = ir::DType::kFloat32;
-  std::vector<std::int64_t> strides;
+  std::size_t rank = 0;
+  std::int64_t strides[compiler::kMaxRank] = {};
   bool operator==(const Geometry& o) const {
-    return storage == o.storage && data == o.data && dtype == o.dtype && strides == o.strides;
+    return storage == o.storage && data == o.data && dtype == o.dtype && rank == o.rank &&
+           std::equal(strides, strides + rank, o.strides);
   }
 };
 
 Geometry geometry_of(const WindowOperand& o, std::size_t rank) {
-  return {o.storage.unsafeGetStorageImpl(), o.arg.data, o.dtype,
-          std::vector<std::int64_t>(o.arg.strides, o.arg.strides + rank)};
+  Geometry g{o.storage.unsafeGetStorageImpl(), o.arg.data, o.dtype, rank, {}};
+  std::copy(o.arg.strides, o.arg.strides + rank, g.strides);
+  return g;
 }
 
 struct Use {
@@ -52,9 +57,12 @@ struct Use {
   bool written;
 };
 
+using UseMap = std::unordered_map<const c10::StorageImpl*, std::vector<Use>>;
+
 struct Cluster {
   std::vector<std::int64_t> iter_sizes;
-  std::vector<std::size_t> ops;  // indices into Window::ops, program order
+  std::vector<std::size_t> ops;                     // indices into Window::ops, program order
+  std::vector<const c10::StorageImpl*> storages;    // touched (may repeat)
 };
 
 struct PatternState {
@@ -117,8 +125,10 @@ void BackgroundCompiler::loop() {
     try {
       compiler::KernelProvider* provider = generated_kernel_provider();
       state.fn = provider == nullptr ? nullptr : provider->get(job.second);
-    } catch (const std::exception&) {
-      state.fn = nullptr;  // the pattern keeps running on single-op kernels
+    } catch (const std::exception& e) {
+      // The pattern keeps running on single-op kernels (same results).
+      std::fprintf(stderr, "vtpu: fused kernel unavailable, its ops stay unfused: %s\n", e.what());
+      state.fn = nullptr;
     }
     state.failed = state.fn == nullptr;
     ++compiles;
@@ -171,7 +181,7 @@ class Window {
   std::mutex mutex_;
   std::vector<WindowOp> ops_;
   std::vector<Cluster> clusters_;
-  std::unordered_map<const c10::StorageImpl*, std::vector<Use>> uses_;
+  UseMap uses_;
   FusionStats stats_;
 };
 
@@ -188,32 +198,107 @@ std::vector<const WindowOperand*> tensor_operands(const WindowOp& op) {
   return out;
 }
 
-// The cluster `op` joins (joins = true) or the index a new one gets.
-std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometry>& geometries, bool& joins) {
-  const std::vector<const WindowOperand*> operands = tensor_operands(op);
-  joins = false;
-  for (std::size_t k = clusters_.size(); k-- > 0;) {
-    const Cluster& cluster = clusters_[k];
-    bool same_geometry = cluster.iter_sizes == op.iter_sizes && cluster.ops.size() < kMaxOpsPerCluster;
-    bool conflict = false;
-    for (std::size_t i = 0; i < operands.size(); ++i) {
-      const bool writes = i == 0;
-      auto found = uses_.find(geometries[i].storage);
-      if (found == uses_.end()) continue;
-      for (const Use& use : found->second) {
-        if (use.cluster != k) continue;
-        if (!(use.geometry == geometries[i]) && (writes || use.written)) same_geometry = false;
-        if (writes || use.written) conflict = true;
-      }
+// How the buffers touched by an op or a cluster (`geometries`, `writes`)
+// meet cluster k: whether they share a storage, whether a write is involved
+// (then the op cannot move across k), and whether every shared use has the
+// same geometry where a write is involved (then the op can join k).
+struct Contact {
+  bool shares = false;
+  bool conflicts = false;
+  bool compatible = true;
+};
+
+
+Contact contact(const UseMap& uses, const std::vector<Geometry>& geometries, const std::vector<bool>& writes,
+                std::size_t k) {
+  Contact c;
+  for (std::size_t i = 0; i < geometries.size(); ++i) {
+    auto found = uses.find(geometries[i].storage);
+    if (found == uses.end()) continue;
+    for (const Use& use : found->second) {
+      if (use.cluster != k) continue;
+      c.shares = true;
+      const bool write = writes[i] || use.written;
+      c.conflicts = c.conflicts || write;
+      if (write && !(use.geometry == geometries[i])) c.compatible = false;
     }
-    if (same_geometry) {
-      joins = true;
-      return k;
-    }
-    // The op may not move before a cluster it depends on or that depends on it.
-    if (conflict) break;
   }
-  return clusters_.size();
+  return c;
+}
+
+// The clusters that touch any of `geometries`' storages, latest first.
+std::vector<std::size_t> touching(const UseMap& uses, const std::vector<Geometry>& geometries) {
+  std::vector<std::size_t> clusters;
+  for (const Geometry& g : geometries)
+    if (auto found = uses.find(g.storage); found != uses.end())
+      for (const Use& use : found->second) clusters.push_back(use.cluster);
+  std::sort(clusters.begin(), clusters.end(), std::greater<>());
+  clusters.erase(std::unique(clusters.begin(), clusters.end()), clusters.end());
+  return clusters;
+}
+
+// The op joins the latest cluster of its iteration space that shares a
+// buffer with it, if it can legally move back there (no cluster in between
+// writes what it touches or touches what it writes); an op sharing nothing
+// starts a cluster, so unrelated work is not interleaved into one kernel.
+// Earlier related clusters that can move forward to the chosen one are
+// merged into it: a parameter's optimizer ops, issued one foreach at a time
+// across all parameters, end up in one kernel per parameter.
+std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometry>& geometries, bool& joins) {
+  std::vector<bool> writes(geometries.size(), false);
+  writes[0] = true;
+  joins = false;
+  const std::vector<std::size_t> related = touching(uses_, geometries);
+  std::size_t target = clusters_.size();
+  for (std::size_t k : related) {
+    const Contact c = contact(uses_, geometries, writes, k);
+    if (c.compatible && clusters_[k].iter_sizes == op.iter_sizes && clusters_[k].ops.size() < kMaxOpsPerCluster) {
+      target = k;
+      joins = true;
+      break;
+    }
+    if (c.conflicts) return clusters_.size();
+  }
+  if (!joins) return target;
+  // Merge earlier related clusters into the target, latest first.
+  for (std::size_t r : related) {
+    if (r >= target) continue;
+    Cluster& candidate = clusters_[r];
+    if (candidate.ops.empty() || candidate.iter_sizes != op.iter_sizes ||
+        candidate.ops.size() + clusters_[target].ops.size() >= kMaxOpsPerCluster)
+      continue;
+    std::vector<Geometry> r_geometries;
+    std::vector<bool> r_writes;
+    std::vector<const c10::StorageImpl*> seen;
+    for (const c10::StorageImpl* storage : candidate.storages) {
+      if (std::find(seen.begin(), seen.end(), storage) != seen.end()) continue;
+      seen.push_back(storage);
+      for (const Use& use : uses_.at(storage))
+        if (use.cluster == r) {
+          r_geometries.push_back(use.geometry);
+          r_writes.push_back(use.written);
+        }
+    }
+    if (!contact(uses_, r_geometries, r_writes, target).compatible ||
+        !contact(uses_, geometries, writes, r).compatible)
+      continue;
+    // Moving r forward to the target passes the clusters in between that
+    // touch its buffers; none may write them or be written by r.
+    bool movable = true;
+    for (std::size_t q : touching(uses_, r_geometries))
+      if (q > r && q < target && contact(uses_, r_geometries, r_writes, q).conflicts) movable = false;
+    if (!movable) continue;
+    for (const c10::StorageImpl* storage : seen)
+      for (Use& use : uses_.at(storage))
+        if (use.cluster == r) use.cluster = target;
+    Cluster& into = clusters_[target];
+    into.ops.insert(into.ops.end(), candidate.ops.begin(), candidate.ops.end());
+    std::sort(into.ops.begin(), into.ops.end());  // program order within the kernel
+    into.storages.insert(into.storages.end(), candidate.storages.begin(), candidate.storages.end());
+    candidate.ops.clear();
+    candidate.storages.clear();
+  }
+  return target;
 }
 
 void Window::record(WindowOp op) {
@@ -229,10 +314,12 @@ void Window::record(WindowOp op) {
     for (const WindowOperand* o : tensor_operands(op)) geometries.push_back(geometry_of(*o, rank));
     bool joins = false;
     const std::size_t k = choose_cluster(op, geometries, joins);
-    if (!joins) clusters_.push_back(Cluster{op.iter_sizes, {}});
+    if (!joins) clusters_.push_back(Cluster{op.iter_sizes, {}, {}});
     clusters_[k].ops.push_back(ops_.size());
-    for (std::size_t i = 0; i < geometries.size(); ++i)
+    for (std::size_t i = 0; i < geometries.size(); ++i) {
       uses_[geometries[i].storage].push_back(Use{k, geometries[i], i == 0});
+      clusters_[k].storages.push_back(geometries[i].storage);
+    }
     ops_.push_back(std::move(op));
     DeviceContext::get().set_window_pending(true);
   }
@@ -252,7 +339,8 @@ void Window::flush_locked(std::vector<WindowOp>& released) {
   std::unordered_map<const c10::StorageImpl*, std::size_t> window_refs;
   for (const WindowOp& op : ops_)
     for (const WindowOperand* o : tensor_operands(op)) ++window_refs[o->storage.unsafeGetStorageImpl()];
-  for (std::size_t k = 0; k < clusters_.size(); ++k) launch_cluster(clusters_[k], k, window_refs);
+  for (std::size_t k = 0; k < clusters_.size(); ++k)
+    if (!clusters_[k].ops.empty()) launch_cluster(clusters_[k], k, window_refs);
   released = std::move(ops_);
   ops_.clear();
   clusters_.clear();

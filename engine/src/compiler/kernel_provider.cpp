@@ -116,6 +116,10 @@ VtpuKernelFn KernelProvider::get(const ir::Graph& graph) {
     // the ahead-of-time library).
     if (const char* log = std::getenv("VTPU_LOG_COMPILES"); log != nullptr && std::string(log) == "1")
       std::fprintf(stderr, "vtpu: compiling %s\n%s\n", symbol.c_str(), ir::to_string(graph).c_str());
+    // VTPU_DUMP_KERNELS=dir: the IR and the generated source of each compile.
+    if (const char* dir = std::getenv("VTPU_DUMP_KERNELS"); dir != nullptr && *dir != '\0') {
+      std::ofstream(std::string(dir) + "/" + symbol + ".cpp") << "/*\n" << ir::to_string(graph) << "*/\n" << source;
+    }
     const auto start = std::chrono::steady_clock::now();
     cache::Entry built;
     built.data = system_compiler.compile(source);

@@ -215,6 +215,9 @@ void run_generated_kernel(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t
   // The kernel skipped the bad elements; the error is ATen's for the same
   // input (the launch adds the op's name and call site on the way out).
   if (status.code != compiler::kVtpuOk) {
+    // nll_loss: ATen's TORCH_CHECK_INDEX (IndexError) naming the target.
+    TORCH_CHECK_INDEX(op != ir::OpKind::NllLoss && op != ir::OpKind::NllLossBackward, "Target ", status.value,
+                      " is out of bounds.");
     // gather/scatter_add check with TORCH_CHECK (RuntimeError), the others
     // with TORCH_CHECK_INDEX (IndexError).
     TORCH_CHECK(op != ir::OpKind::Gather && op != ir::OpKind::ScatterAdd, "index ", status.value,
@@ -481,6 +484,54 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
   tensors.push_back(std::move(out_tensor));
   tensors.push_back(kernel_tensor(input, input.sizes()));
   enqueue(fn, op, rank, std::move(tensors), std::move(scalars));
+  return true;
+}
+
+bool launch_generated_loss(ir::OpKind op, const std::vector<at::Tensor>& outputs, c10::ArrayRef<at::Tensor> inputs,
+                           const ir::Attributes& attrs) {
+  ir::Graph graph;
+  std::vector<ir::ValueId> ids;
+  for (const at::Tensor& t : inputs) {
+    const auto dtype = to_ir(t.scalar_type());
+    if (!dtype || t.device().type() != kVtpu || t.is_conj() || t.is_neg() || t.dim() > compiler::kMaxRank) return false;
+    ids.push_back(graph.add_input(ir::TensorType{*dtype, t.sizes().vec(), t.strides().vec()}));
+  }
+  std::vector<ir::ValueId> results;
+  try {
+    results.push_back(graph.add_node(op, ids, attrs));
+    // nll_loss's second ATen output is its own IR node of the same operands.
+    if (op == ir::OpKind::NllLoss && outputs.size() == 2)
+      results.push_back(graph.add_node(ir::OpKind::NllLossTotalWeight, ids, attrs));
+  } catch (const runtime::Error&) {
+    return false;  // not what the IR accepts: ATen's kernel raises its own error
+  }
+  if (results.size() != outputs.size()) return false;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const at::Tensor& out = outputs[i];
+    const ir::TensorType& type = graph.type(results[i]);
+    if (!out.defined() || out.device().type() != kVtpu || to_ir(out.scalar_type()) != type.dtype) return false;
+    for (const at::Tensor& t : inputs)
+      if (out.storage().is_alias_of(t.storage())) return false;
+  }
+  // Kernel first, so that nothing is resized when the op stays on ATen.
+  compiler::VtpuKernelFn fn = nullptr;
+  try {
+    for (ir::ValueId r : results) graph.mark_output(r);
+    compiler::KernelProvider* kernels = provider();
+    if (kernels != nullptr) fn = kernels->get(graph);
+  } catch (const runtime::Error& e) {
+    if (e.kind() == runtime::ErrorKind::kRuntime) TORCH_WARN_ONCE("vtpu: generated kernel unavailable: ", e.what());
+  }
+  if (fn == nullptr) return false;
+  std::vector<KernelTensor> tensors;
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const at::Tensor& out = outputs[i];
+    const auto& sizes = graph.type(results[i]).sizes;
+    if (out.sizes() != c10::IntArrayRef(sizes)) out.resize_(sizes);
+    tensors.push_back(own_rank_kernel_tensor(out));
+  }
+  for (const at::Tensor& t : inputs) tensors.push_back(own_rank_kernel_tensor(t));
+  enqueue(fn, op, 0, std::move(tensors));
   return true;
 }
 

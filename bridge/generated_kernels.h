@@ -58,6 +58,15 @@ void run_generated_kernel(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t
 // Adds launches made outside this file (fused mode's) to the generated count.
 void count_generated_launches(std::uint64_t n);
 
+// nll_loss (host_codegen_loss.cpp): `outputs` are {loss} or {loss,
+// total_weight} for OpKind::NllLoss, {dx} for OpKind::NllLossBackward;
+// `inputs` the node's operands in IR order (weight last, when defined). Out
+// tensors of the wrong size are resized as ATen's resize_output does. False,
+// having queued nothing, when the case stays on ATen's kernel (which then
+// raises its own error for arguments the IR rejects).
+bool launch_generated_loss(ir::OpKind op, const std::vector<at::Tensor>& outputs, c10::ArrayRef<at::Tensor> inputs,
+                           const ir::Attributes& attrs);
+
 struct GeneratedKernelStats {
   std::uint64_t launches = 0;
   std::uint64_t compiles = 0;

@@ -120,8 +120,48 @@ const std::unordered_map<std::string, Lowering>& table() {
 }
 
 // Ops whose arguments need more than the table's shape: each returns the
-// result it queued, or an undefined tensor to leave the op to ATen.
-using CustomLowering = std::function<at::Tensor(Args)>;
+// results it queued (the op's returns, in order), or an empty list to leave
+// the op to ATen. Single-result lowerings are written as functions returning
+// that result or an undefined tensor (see `single`).
+using CustomLowering = std::function<std::vector<at::Tensor>(Args)>;
+
+CustomLowering single(std::function<at::Tensor(Args)> lowering) {
+  return [lowering = std::move(lowering)](Args a) -> std::vector<at::Tensor> {
+    at::Tensor result = lowering(a);
+    if (!result.defined()) return {};
+    return {std::move(result)};
+  };
+}
+
+// ATen's Reduction enum (0 none, 1 mean, 2 sum) as the IR's attribute.
+std::optional<std::string> reduction_name(std::int64_t reduction) {
+  switch (reduction) {
+    case 0: return "none";
+    case 1: return "mean";
+    case 2: return "sum";
+    default: return std::nullopt;
+  }
+}
+
+// nll_loss's operands and attributes: (x, target, weight?) from the
+// arguments at `x`, `x + 1`, `x + 2`; reduction and ignore_index after them.
+// nullopt leaves the op to ATen: an undefined reduction code, or an input of
+// another rank than 1 or 2 (nll_loss2d's shapes), which the IR does not take.
+struct NllArguments {
+  std::vector<at::Tensor> operands;
+  ir::Attributes attrs;
+};
+std::optional<NllArguments> nll_arguments(Args a, std::size_t x, std::size_t reduction_at) {
+  const at::Tensor& input = a[x].toTensor();
+  const auto reduction = reduction_name(a[reduction_at].toInt());
+  if (!reduction || (input.dim() != 1 && input.dim() != 2)) return std::nullopt;
+  NllArguments n;
+  n.operands = {input, a[x + 1].toTensor()};
+  const bool has_weight = a[x + 2].isTensor() && a[x + 2].toTensor().defined();
+  n.attrs = {{"reduction", *reduction}, {"ignore_index", a[reduction_at + 1].toInt()}, {"has_weight", has_weight}};
+  if (has_weight) n.operands.push_back(a[x + 2].toTensor());
+  return n;
+}
 
 std::vector<std::int64_t> optional_dims(const c10::IValue& v) {
   if (v.isNone()) return {};
@@ -155,20 +195,20 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
       return launch_generated_indexed(OpKind::IndexSelect, std::move(out), {a[0].toTensor(), a[2].toTensor()},
                                       {{"dim", a[1].toInt()}});
     };
-    t->emplace("aten::index_select", [=](Args a) { return index_select(a, {}); });
-    t->emplace("aten::index_select.out", [=](Args a) { return index_select(a, a[3].toTensor()); });
+    t->emplace("aten::index_select", single([=](Args a) { return index_select(a, {}); }));
+    t->emplace("aten::index_select.out", single([=](Args a) { return index_select(a, a[3].toTensor()); }));
     auto gather = [](Args a, at::Tensor out) {
       return launch_generated_indexed(OpKind::Gather, std::move(out), {a[0].toTensor(), a[2].toTensor()},
                                       {{"dim", a[1].toInt()}});
     };
-    t->emplace("aten::gather", [=](Args a) { return gather(a, {}); });
-    t->emplace("aten::gather.out", [=](Args a) { return gather(a, a[4].toTensor()); });
-    t->emplace("aten::embedding_dense_backward", [](Args a) {
+    t->emplace("aten::gather", single([=](Args a) { return gather(a, {}); }));
+    t->emplace("aten::gather.out", single([=](Args a) { return gather(a, a[4].toTensor()); }));
+    t->emplace("aten::embedding_dense_backward", single([](Args a) {
       return launch_generated_indexed(
           OpKind::EmbeddingBackward, {}, {a[0].toTensor(), a[1].toTensor()},
           {{"num_weights", a[2].toInt()}, {"padding_idx", a[3].toInt()}, {"scale_grad_by_freq", a[4].toBool()}});
-    });
-    t->emplace("aten::arange.start_out", [](Args a) -> at::Tensor {
+    }));
+    t->emplace("aten::arange.start_out", single([](Args a) -> at::Tensor {
       at::Tensor out = a[3].toTensor();
       const auto dtype = out.scalar_type();
       if (dtype != at::kLong && dtype != at::kFloat && dtype != at::kDouble) return {};
@@ -178,7 +218,7 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
       if (!out.is_contiguous()) return {};
       return launch_generated_indexed(OpKind::Arange, out, {wrapped(a[0].toScalar()), wrapped(a[2].toScalar())},
                                       {{"size", *length}, {"dtype", *to_ir_dtype(dtype)}});
-    });
+    }));
     // Reductions with a statistic: the stats kernels' launch scalars.
     auto arg_extremum = [](OpKind kind) {
       return [kind](Args a) -> at::Tensor {
@@ -187,8 +227,8 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
                                                                                                            : at::Tensor();
       };
     };
-    t->emplace("aten::argmax.out", arg_extremum(OpKind::Argmax));
-    t->emplace("aten::argmin.out", arg_extremum(OpKind::Argmin));
+    t->emplace("aten::argmax.out", single(arg_extremum(OpKind::Argmax)));
+    t->emplace("aten::argmin.out", single(arg_extremum(OpKind::Argmin)));
     auto variance = [](OpKind kind) {
       return [kind](Args a) -> at::Tensor {
         // (self, dim?, *, correction?, keepdim, out)
@@ -200,15 +240,15 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
                    : at::Tensor();
       };
     };
-    t->emplace("aten::var.correction_out", variance(OpKind::Var));
-    t->emplace("aten::std.correction_out", variance(OpKind::Std));
-    t->emplace("aten::logsumexp.out", [](Args a) -> at::Tensor {
+    t->emplace("aten::var.correction_out", single(variance(OpKind::Var)));
+    t->emplace("aten::std.correction_out", single(variance(OpKind::Std)));
+    t->emplace("aten::logsumexp.out", single([](Args a) -> at::Tensor {
       at::Tensor out = a[3].toTensor();
       return launch_generated_reduction(OpKind::LogSumExp, out, a[0].toTensor(), optional_dims(a[1]), a[2].toBool())
                  ? out
                  : at::Tensor();
-    });
-    t->emplace("aten::linalg_vector_norm.out", [](Args a) -> at::Tensor {
+    }));
+    t->emplace("aten::linalg_vector_norm.out", single([](Args a) -> at::Tensor {
       // (self, ord, dim?, keepdim, *, dtype?, out)
       if (!a[4].isNone()) return {};
       const double p = a[1].toScalar().toDouble();
@@ -217,6 +257,26 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
                                         {{"p", p}}, {p})
                  ? out
                  : at::Tensor();
+    }));
+    // nll_loss_forward.output(self, target, weight?, reduction, ignore_index, *, output, total_weight)
+    // returns (output, total_weight): both are written by one kernel.
+    t->emplace("aten::nll_loss_forward.output", [](Args a) -> std::vector<at::Tensor> {
+      const auto n = nll_arguments(a, 0, 3);
+      if (!n) return {};
+      std::vector<at::Tensor> outs{a[5].toTensor(), a[6].toTensor()};
+      if (!launch_generated_loss(OpKind::NllLoss, outs, n->operands, n->attrs)) return {};
+      return outs;
+    });
+    // nll_loss_backward.grad_input(grad_output, self, target, weight?, reduction, ignore_index,
+    // total_weight, *, grad_input): IR operands (grad, x, target, total_weight, weight?).
+    t->emplace("aten::nll_loss_backward.grad_input", [](Args a) -> std::vector<at::Tensor> {
+      const auto n = nll_arguments(a, 1, 4);
+      if (!n) return {};
+      std::vector<at::Tensor> operands{a[0].toTensor(), n->operands[0], n->operands[1], a[6].toTensor()};
+      if (n->operands.size() > 2) operands.push_back(n->operands[2]);
+      std::vector<at::Tensor> outs{a[7].toTensor()};
+      if (!launch_generated_loss(OpKind::NllLossBackward, outs, operands, n->attrs)) return {};
+      return outs;
     });
     return t;
   }();
@@ -232,10 +292,10 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
   const std::size_t num_args = schema.arguments().size();
   if (const auto custom = custom_lowerings().find(key); custom != custom_lowerings().end()) {
     const Args args(stack->data() + (stack->size() - num_args), num_args);
-    at::Tensor result = custom->second(args);
-    if (!result.defined()) return false;
+    std::vector<at::Tensor> results = custom->second(args);
+    if (results.empty()) return false;
     stack->erase(stack->end() - static_cast<std::ptrdiff_t>(num_args), stack->end());
-    stack->emplace_back(std::move(result));
+    for (at::Tensor& result : results) stack->emplace_back(std::move(result));
     return true;
   }
   const auto found = table().find(key);

@@ -157,3 +157,81 @@ def test_training_steps_run_mostly_generated_kernels_and_match_cpu(tmp_path):
     for name, r in result.items():
         assert r["rel"] <= 1e-5, (name, r)
         assert r["share"] >= 0.7, (name, r)
+
+
+NLL_LOSS = r"""
+import json, torch, torch_vtpu, torch.nn.functional as F
+torch.manual_seed(0)
+report = {"mismatches": [], "cases": 0, "errors": {}}
+
+def both(fn, x, *args, **kwargs):
+    # fn on the CPU and on vtpu: results and input gradients (same upstream grad).
+    xc = x.detach().clone().requires_grad_()
+    xv = x.detach().vtpu().requires_grad_()
+    to_dev = lambda a: a.vtpu() if isinstance(a, torch.Tensor) else a
+    lc = fn(xc, *args, **kwargs)
+    lv = fn(xv, *[to_dev(a) for a in args], **{k: to_dev(v) for k, v in kwargs.items()})
+    g = torch.randn_like(lc)
+    lc.backward(g)
+    lv.backward(g.vtpu())
+    return (lc.detach(), xc.grad), (lv.detach().cpu(), xv.grad.cpu())
+
+torch_vtpu.reset_metrics()
+for dtype in (torch.float32, torch.float64, torch.bfloat16):
+    tol = dict(rtol=1.6e-2, atol=1e-2) if dtype == torch.bfloat16 else dict(rtol=1e-6, atol=1e-6)
+    for reduction in ("none", "sum", "mean"):
+        for weighted in (False, True):
+            for shape in ((13, 7), (7,)):
+                for ignore_index in (-100, 2):
+                    x = torch.randn(*shape, dtype=dtype)
+                    target = torch.randint(0, 7, shape[:-1])
+                    if len(shape) == 2:
+                        target[::4] = ignore_index
+                    weight = (torch.rand(7) + 0.1).to(dtype) if weighted else None
+                    for name, fn in (("nll_loss", lambda x, t, **k: F.nll_loss(F.log_softmax(x, -1), t, **k)),
+                                     ("cross_entropy", F.cross_entropy)):
+                        (lc, gc), (lv, gv) = both(fn, x, target, weight=weight, reduction=reduction,
+                                                  ignore_index=ignore_index)
+                        report["cases"] += 1
+                        try:
+                            torch.testing.assert_close(lv, lc, **tol)
+                            torch.testing.assert_close(gv, gc, **tol)
+                        except AssertionError as e:
+                            report["mismatches"].append([name, str(dtype), reduction, weighted, shape, str(e)[:300]])
+# Every target ignored: a NaN mean, as on the CPU.
+x = torch.randn(4, 3)
+t = torch.full((4,), -100)
+report["all_ignored"] = [F.nll_loss(x, t).item() != F.nll_loss(x, t).item(),
+                         F.nll_loss(x.vtpu(), t.vtpu()).cpu().item() != F.nll_loss(x.vtpu(), t.vtpu()).cpu().item()]
+report["host_fallback_ops"] = torch_vtpu.metrics()["host_fallback_ops"]
+
+# An out-of-range target: the same exception type and message as the CPU.
+x, bad = torch.randn(3, 5), torch.tensor([1, 10, 2])
+for reduction in ("none", "sum", "mean"):
+    for device in ("cpu", "vtpu"):
+        try:
+            F.nll_loss(x.to(device), bad.to(device), reduction=reduction).cpu()
+            report["errors"][reduction + "/" + device] = None
+        except Exception as e:
+            report["errors"][reduction + "/" + device] = [type(e).__name__, str(e)]
+print(json.dumps(report))
+"""
+
+
+def test_nll_loss_and_cross_entropy_run_on_generated_kernels_and_match_cpu(tmp_path):
+    """F.nll_loss / F.cross_entropy forward and backward on vtpu against the CPU: every
+    reduction, with and without a class weight, ignored targets, 1- and 2-dim input,
+    float32/float64/bfloat16; nll_loss never takes the host-kernel path; a bad target
+    raises what the CPU raises."""
+    env = dict(os.environ, VTPU_CACHE_DIR=str(tmp_path))
+    env.pop("VTPU_GENERATED_KERNELS", None)
+    out = subprocess.run([sys.executable, "-c", NLL_LOSS], env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["cases"] == 144 and not r["mismatches"], r["mismatches"][:5]
+    assert r["all_ignored"] == [True, True]
+    assert not any("nll_loss" in op for op in r["host_fallback_ops"]), r["host_fallback_ops"]
+    for reduction in ("none", "sum", "mean"):
+        cpu, vtpu = r["errors"][reduction + "/cpu"], r["errors"][reduction + "/vtpu"]
+        assert cpu == ["IndexError", "Target 10 is out of bounds."], cpu
+        assert vtpu is not None and vtpu[0] == cpu[0] and cpu[1] in vtpu[1], (cpu, vtpu)

@@ -119,6 +119,23 @@ void add_fills_and_copies(std::vector<Graph>& set) {
     set.push_back(ir::single_op(OpKind::Cast, {TensorType::contiguous(from, {16})}, {{"dtype", to}}));
 }
 
+// The classifier loss as F.cross_entropy reaches it: nll_loss of a float32
+// [N, C] log-probability matrix, int64 targets, mean, no weight, the default
+// ignore_index; the forward writes the loss and the total weight.
+void add_losses(std::vector<Graph>& set) {
+  const ir::Attributes attrs{{"reduction", std::string("mean")}, {"ignore_index", std::int64_t{-100}},
+                             {"has_weight", false}};
+  const TensorType x = TensorType::contiguous(DType::kFloat32, {8, 10});
+  const TensorType target = TensorType::contiguous(DType::kInt64, {8});
+  Graph forward;
+  const ir::ValueId fx = forward.add_input(x), ft = forward.add_input(target);
+  forward.mark_output(forward.add_node(OpKind::NllLoss, {fx, ft}, attrs));
+  forward.mark_output(forward.add_node(OpKind::NllLossTotalWeight, {fx, ft}, attrs));
+  set.push_back(std::move(forward));
+  const TensorType scalar = TensorType::contiguous(DType::kFloat32, {});
+  set.push_back(ir::single_op(OpKind::NllLossBackward, {scalar, x, target, scalar}, attrs));
+}
+
 }  // namespace
 
 std::vector<Graph> aot_kernel_set() {
@@ -129,6 +146,7 @@ std::vector<Graph> aot_kernel_set() {
   add_softmax(set, DType::kFloat32, true);
   add_softmax(set, DType::kBFloat16, false);
   add_fills_and_copies(set);
+  add_losses(set);
   return set;
 }
 

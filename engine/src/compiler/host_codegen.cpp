@@ -214,7 +214,8 @@ class Emitter {
     for (const auto& node : graph_.nodes()) {
       if (!host_codegen_supports(node.op) || detail::host_reduction_supports(node.op) ||
           detail::host_softmax_supports(node.op) || detail::host_reduction_stats_supports(node.op) ||
-          detail::host_norm_supports(node.op) || detail::host_indexing_supports(node.op))
+          detail::host_norm_supports(node.op) || detail::host_indexing_supports(node.op) ||
+          detail::host_loss_supports(node.op))
         throw Error(ErrorKind::kInvalidArgument,
                     "[host codegen] " + std::string(ir::name(node.op)) + " is not an elementwise op");
       if (node.op != OpKind::Input && node.op != OpKind::Constant && node.type.sizes != out_sizes)
@@ -414,7 +415,7 @@ class Emitter {
 bool host_codegen_supports(ir::OpKind op) {
   if (detail::host_reduction_supports(op) || detail::host_softmax_supports(op) ||
       detail::host_reduction_stats_supports(op) || detail::host_norm_supports(op) ||
-      detail::host_indexing_supports(op))
+      detail::host_indexing_supports(op) || detail::host_loss_supports(op))
     return true;
   switch (op) {
     case OpKind::Input:
@@ -450,6 +451,7 @@ GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& 
     if (detail::host_reduction_stats_supports(node.op)) return detail::emit_reduction_stats(graph, symbol);
     if (detail::host_norm_supports(node.op)) return detail::emit_norm(graph, symbol);
     if (detail::host_indexing_supports(node.op)) return detail::emit_indexing(graph, symbol);
+    if (detail::host_loss_supports(node.op)) return detail::emit_loss(graph, symbol);
   }
   return Emitter(graph).emit(symbol);
 }

@@ -35,4 +35,9 @@ GeneratedKernel emit_norm_param_grads(const ir::Graph& graph, const std::string&
 bool host_indexing_supports(ir::OpKind op);
 GeneratedKernel emit_indexing(const ir::Graph& graph, const std::string& symbol);
 
+// nll_loss (with nll_loss_total_weight) and nll_loss_backward: see
+// host_codegen_loss.cpp's launch contract.
+bool host_loss_supports(ir::OpKind op);
+GeneratedKernel emit_loss(const ir::Graph& graph, const std::string& symbol);
+
 }  // namespace vtpu::compiler::detail

@@ -27,6 +27,8 @@ Inferred infer_normalization(const Graph& g, OpKind op, const std::vector<ValueI
                              const Attributes& attrs);
 Inferred infer_indexing(const Graph& g, OpKind op, const std::vector<ValueId>& in,
                         const Attributes& attrs);
+// nll_loss and its backward (infer_loss.cpp); reached through infer_indexing.
+Inferred infer_loss(const Graph& g, OpKind op, const std::vector<ValueId>& in, const Attributes& attrs);
 Inferred infer_extern(const Graph& g, OpKind op, const std::vector<ValueId>& in,
                       const Attributes& attrs);
 

@@ -54,6 +54,8 @@ void check_index_fits(OpKind op, const TensorType& index, const TensorType& ref,
 
 Inferred infer_indexing(const Graph& g, OpKind op, const std::vector<ValueId>& in,
                         const Attributes& attrs) {
+  if (op == OpKind::NllLoss || op == OpKind::NllLossTotalWeight || op == OpKind::NllLossBackward)
+    return infer_loss(g, op, in, attrs);
   const TensorType& a = g.type(in[0]);
   const TensorType& b = g.type(in[1]);
   switch (op) {

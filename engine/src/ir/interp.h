@@ -42,6 +42,8 @@ Buffer eval_elementwise(const Node& node, const std::vector<const Buffer*>& in);
 Buffer eval_reduction(const Node& node, const std::vector<const Buffer*>& in);
 Buffer eval_normalization(const Node& node, const std::vector<const Buffer*>& in);
 Buffer eval_indexing(const Node& node, const std::vector<const Buffer*>& in);
+// nll_loss, its total weight and its backward (interp_loss.cpp).
+Buffer eval_loss(const Node& node, const std::vector<const Buffer*>& in);
 Buffer eval_extern(const Node& node, const std::vector<const Buffer*>& in);
 Buffer eval_conv(const Node& node, const std::vector<const Buffer*>& in);
 

@@ -30,10 +30,11 @@ struct GeneratedKernel {
 // argmax, argmin, var, std, logsumexp, norm) of one input; or one row op
 // (softmax family; layer/rms norm and their backward); or one indexing or
 // source op (index_select, embedding, gather, embedding_backward, index_add,
-// scatter_add, fill, arange). The launch contracts of the non-elementwise
+// scatter_add, fill, arange); or one loss (nll_loss with its total weight,
+// nll_loss_backward). The launch contracts of the non-elementwise
 // kernels are at the top of host_codegen_reduction.cpp,
 // host_codegen_reduction_stats.cpp, host_codegen_softmax.cpp,
-// host_codegen_norm.cpp and host_codegen_indexing.cpp. Throws Error(kInvalidArgument) naming the op when the graph holds
+// host_codegen_norm.cpp, host_codegen_indexing.cpp and host_codegen_loss.cpp. Throws Error(kInvalidArgument) naming the op when the graph holds
 // an op the host generator does not compile (the caller then uses another path).
 GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& symbol);
 

@@ -156,7 +156,18 @@ enum class OpCategory : std::uint8_t {
       /* (x, w, bias?) stride padding dilation groups transposed?             \
          output_padding? has_bias */                                          \
   X(Sdpa, "sdpa", kExtern, 3, 4)                                              \
-      /* (q, k, v, mask?) is_causal? scale? has_mask */
+      /* (q, k, v, mask?) is_causal? scale? has_mask */                       \
+  /* losses (indexing: the target picks one class per row) */                 \
+  X(NllLoss, "nll_loss", kIndexing, 2, 3)                                     \
+      /* (x [C] or [N, C], target [] or [N] int64|uint8, weight? [C])         \
+         reduction?="mean"|"sum"|"none" ignore_index?=-100 has_weight         \
+         -> [N] for "none" of a 2-dim x, else 0-dim */                        \
+  X(NllLossTotalWeight, "nll_loss_total_weight", kIndexing, 2, 3)             \
+      /* nll_loss's second ATen output, same operands and attributes: the     \
+         weight of the counted targets (0 for "none" of a 2-dim x) -> 0-dim */\
+  X(NllLossBackward, "nll_loss_backward", kIndexing, 4, 5)                    \
+      /* (grad, x, target, total_weight, weight?) reduction? ignore_index?    \
+         has_weight -> dx (x's shape; x's values are not read) */
 
 enum class OpKind : std::uint16_t {
 #define VTPU_IR_OP_ENUM(e, n, c, lo, hi) e,

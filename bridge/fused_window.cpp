@@ -13,7 +13,9 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 #include "device_context.h"
 #include "generated_kernels.h"
@@ -371,6 +373,38 @@ bool contiguous_in(const compiler::VtpuTensorArg& arg, const std::vector<std::in
   return true;
 }
 
+// How each operand of a cluster's ops is bound: a Constant, a value an
+// earlier op of the cluster wrote (forwarded in a register), or a load of
+// one of the kernel's inputs.
+struct Binding {
+  enum Kind { kConstant, kWritten, kLoaded } kind;
+  std::size_t index;  // op position in the cluster (kWritten) or input slot (kLoaded)
+};
+
+void append_attr_value(std::string& out, const ir::AttrValue& v) {
+  std::visit(
+      [&](const auto& x) {
+        using X = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<X, std::string>) {
+          out += x;
+        } else if constexpr (std::is_same_v<X, std::vector<std::int64_t>>) {
+          for (std::int64_t i : x) out += std::to_string(i) + ",";
+        } else if constexpr (std::is_same_v<X, ir::DType>) {
+          out += ir::name(x);
+        } else {
+          out += std::to_string(x);
+        }
+      },
+      v);
+}
+
+double scalar_of(const ir::AttrValue& v) {
+  if (const auto* d = std::get_if<double>(&v)) return *d;
+  if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
+  if (const auto* b = std::get_if<bool>(&v)) return *b ? 1.0 : 0.0;
+  return 0;
+}
+
 void Window::launch_cluster(const Cluster& cluster, std::size_t index,
                             const std::unordered_map<const c10::StorageImpl*, std::size_t>& window_refs) {
   if (cluster.ops.size() == 1) {
@@ -386,10 +420,6 @@ void Window::launch_cluster(const Cluster& cluster, std::size_t index,
   std::int64_t numel = 1;
   for (std::int64_t s : cluster.iter_sizes) numel *= s;
   const std::vector<std::int64_t> sizes = flat ? std::vector<std::int64_t>{numel} : cluster.iter_sizes;
-  auto tensor_type = [&](const WindowOperand& o) {
-    if (flat) return ir::TensorType{o.dtype, sizes, {1}};
-    return ir::TensorType{o.dtype, sizes, std::vector<std::int64_t>(o.arg.strides, o.arg.strides + rank)};
-  };
   auto launch_arg = [&](const WindowOperand& o) {
     compiler::VtpuTensorArg arg = o.arg;
     if (flat) {
@@ -399,53 +429,72 @@ void Window::launch_cluster(const Cluster& cluster, std::size_t index,
     return arg;
   };
 
-  ir::Graph graph;
-  std::vector<std::pair<Geometry, ir::ValueId>> loaded, written;  // few entries: linear search
+  // Pass 1: bind every operand, collect the launch arguments and scalars,
+  // and spell the pattern (everything the kernel depends on) as a string.
+  std::vector<std::vector<Binding>> bindings;
+  std::vector<Geometry> loaded;                                  // input slots
+  std::vector<const WindowOperand*> loaded_operand;
+  std::vector<std::pair<Geometry, std::size_t>> written;         // buffer -> last writer (op position)
   std::vector<const WindowOperand*> written_operand;
-  std::vector<compiler::VtpuTensorArg> input_args;
-  auto find = [](const std::vector<std::pair<Geometry, ir::ValueId>>& list, const Geometry& g) -> std::ptrdiff_t {
+  std::vector<double> scalars;
+  std::string pattern = flat ? "flat|" : "strided|";
+  auto find = [](const auto& list, const Geometry& g, auto key) -> std::ptrdiff_t {
     for (std::size_t i = 0; i < list.size(); ++i)
-      if (list[i].first == g) return static_cast<std::ptrdiff_t>(i);
+      if (key(list[i]) == g) return static_cast<std::ptrdiff_t>(i);
     return -1;
   };
-  try {
-    for (std::size_t i : cluster.ops) {
-      const WindowOp& op = ops_[i];
-      std::vector<ir::ValueId> ids;
-      for (const WindowOperand& in : op.inputs) {
-        if (!in.is_tensor) {
-          ids.push_back(graph.add_node(ir::OpKind::Constant, {}, {{"value", in.constant}}));
-          continue;
-        }
-        const Geometry g = geometry_of(in, rank);
-        if (auto w = find(written, g); w >= 0) {
-          ids.push_back(written[static_cast<std::size_t>(w)].second);
-        } else if (auto l = find(loaded, g); l >= 0) {
-          ids.push_back(loaded[static_cast<std::size_t>(l)].second);
-        } else {
-          const ir::ValueId id = graph.add_input(tensor_type(in));
-          loaded.emplace_back(g, id);
-          input_args.push_back(launch_arg(in));
-          ids.push_back(id);
-        }
+  auto first = [](const auto& p) -> const Geometry& { return p.first; };
+  auto self = [](const Geometry& g) -> const Geometry& { return g; };
+  for (std::size_t position = 0; position < cluster.ops.size(); ++position) {
+    const WindowOp& op = ops_[cluster.ops[position]];
+    std::vector<Binding>& b = bindings.emplace_back();
+    pattern += ir::name(op.op);
+    const char* runtime = ir::runtime_scalar_attribute(op.op);
+    for (const auto& [key, value] : op.attrs.entries()) {
+      if (runtime != nullptr && key == runtime) continue;
+      pattern += ";" + key + "=";
+      append_attr_value(pattern, value);
+    }
+    pattern += "(";
+    for (const WindowOperand& in : op.inputs) {
+      if (!in.is_tensor) {
+        b.push_back({Binding::kConstant, 0});
+        scalars.push_back(scalar_of(in.constant));
+        pattern += "c" + std::to_string(in.constant.index()) + ",";
+        continue;
       }
-      const ir::ValueId id = graph.add_node(op.op, ids, op.attrs);
-      if (graph.type(id).dtype != op.out.dtype) throw runtime::Error(runtime::ErrorKind::kInvalidArgument, "dtype");
-      const Geometry g = geometry_of(op.out, rank);
-      if (auto w = find(written, g); w >= 0) {
-        written[static_cast<std::size_t>(w)].second = id;
+      const Geometry g = geometry_of(in, rank);
+      if (auto w = find(written, g, first); w >= 0) {
+        b.push_back({Binding::kWritten, written[static_cast<std::size_t>(w)].second});
+        pattern += "w" + std::to_string(written[static_cast<std::size_t>(w)].second) + ",";
+      } else if (auto l = find(loaded, g, self); l >= 0) {
+        b.push_back({Binding::kLoaded, static_cast<std::size_t>(l)});
+        pattern += "l" + std::to_string(l) + ",";
       } else {
-        written.emplace_back(g, id);
-        written_operand.push_back(&op.out);
+        b.push_back({Binding::kLoaded, loaded.size()});
+        pattern += "l" + std::to_string(loaded.size()) + ":" + std::string(ir::name(in.dtype)) + ",";
+        if (!flat)
+          for (std::size_t d = 0; d < rank; ++d) pattern += std::to_string(in.arg.strides[d]) + ".";
+        loaded.push_back(g);
+        loaded_operand.push_back(&in);
       }
     }
-  } catch (const runtime::Error&) {
-    launch_unfused(cluster);  // not expressible as one graph: strict's kernels
-    return;
+    if (runtime != nullptr && op.attrs.has(runtime)) scalars.push_back(op.attrs.get_double(runtime));
+    pattern += ")->";
+    pattern += ir::name(op.out.dtype);
+    const Geometry g = geometry_of(op.out, rank);
+    if (auto w = find(written, g, first); w >= 0) {
+      written[static_cast<std::size_t>(w)].second = position;
+    } else {
+      written.emplace_back(g, position);
+      written_operand.push_back(&op.out);
+    }
+    pattern += "|";
   }
   // Outputs: every buffer written, except those nobody can read any more
   // (only the window refers to the storage and no other cluster uses it).
   std::vector<compiler::VtpuTensorArg> args;
+  std::vector<std::size_t> outputs;  // op positions whose values are stored
   std::uint64_t dead = 0;
   for (std::size_t i = 0; i < written.size(); ++i) {
     const c10::StorageImpl* storage = written[i].first.storage;
@@ -457,35 +506,69 @@ void Window::launch_cluster(const Cluster& cluster, std::size_t index,
       ++dead;
       continue;
     }
-    graph.mark_output(written[i].second);
+    outputs.push_back(written[i].second);
     args.push_back(launch_arg(*written_operand[i]));
+    pattern += "o" + std::to_string(written[i].second);
+    if (!flat)
+      for (std::size_t d = 0; d < rank; ++d) pattern += "." + std::to_string(written_operand[i]->arg.strides[d]);
   }
-  if (args.empty()) {  // every result is dead: nothing to run
+  if (!flat)
+    for (std::int64_t size : cluster.iter_sizes) pattern += "#" + std::to_string(size);
+  if (outputs.empty()) {  // every result is dead: nothing to run
     stats_.dead_stores_skipped += dead;
     return;
   }
-  args.insert(args.end(), input_args.begin(), input_args.end());
+  for (const WindowOperand* in : loaded_operand) args.push_back(launch_arg(*in));
 
-  const std::string symbol = compiler::KernelProvider::symbol_for(graph);
-  compiler::VtpuKernelFn fn = nullptr;
-  bool request = false;
   BackgroundCompiler& builder = background();
+  compiler::VtpuKernelFn fn = nullptr;
+  bool known = false;
   {
     std::lock_guard<std::mutex> lock(builder.patterns_mutex);
-    if (auto it = builder.patterns.find(symbol); it != builder.patterns.end()) {
+    if (auto it = builder.patterns.find(pattern); it != builder.patterns.end()) {
       fn = it->second.fn;
-    } else if (!builder.requested[symbol]) {
-      builder.requested[symbol] = true;
-      request = true;
+      known = true;
+    } else {
+      known = !builder.requested.emplace(pattern, true).second;
     }
   }
-  if (request && compile_in_foreground()) {
-    builder.submit(symbol, graph);
-    builder.wait_idle();
-    std::lock_guard<std::mutex> lock(builder.patterns_mutex);
-    fn = builder.patterns[symbol].fn;
-  } else if (request) {
-    builder.submit(symbol, graph);
+  if (!known) {
+    // Pass 2, once per pattern: the IR graph of the bindings.
+    ir::Graph graph;
+    try {
+      std::vector<ir::ValueId> input_ids, value_ids;
+      for (const WindowOperand* in : loaded_operand)
+        input_ids.push_back(graph.add_input(
+            flat ? ir::TensorType{in->dtype, sizes, {1}}
+                 : ir::TensorType{in->dtype, sizes, std::vector<std::int64_t>(in->arg.strides, in->arg.strides + rank)}));
+      for (std::size_t position = 0; position < cluster.ops.size(); ++position) {
+        const WindowOp& op = ops_[cluster.ops[position]];
+        std::vector<ir::ValueId> ids;
+        for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+          const Binding& b = bindings[position][k];
+          if (b.kind == Binding::kConstant)
+            ids.push_back(graph.add_node(ir::OpKind::Constant, {}, {{"value", op.inputs[k].constant}}));
+          else
+            ids.push_back(b.kind == Binding::kWritten ? value_ids[b.index] : input_ids[b.index]);
+        }
+        value_ids.push_back(graph.add_node(op.op, ids, op.attrs));
+        if (graph.type(value_ids.back()).dtype != op.out.dtype)
+          throw runtime::Error(runtime::ErrorKind::kInvalidArgument, "[fused] result dtype differs");
+      }
+      for (std::size_t position : outputs) graph.mark_output(value_ids[position]);
+    } catch (const runtime::Error&) {
+      std::lock_guard<std::mutex> lock(builder.patterns_mutex);
+      builder.patterns[pattern] = PatternState{nullptr, true};  // stays on strict's kernels
+      graph = ir::Graph();
+    }
+    if (!graph.outputs().empty()) {
+      builder.submit(pattern, std::move(graph));
+      if (compile_in_foreground()) {
+        builder.wait_idle();
+        std::lock_guard<std::mutex> lock(builder.patterns_mutex);
+        fn = builder.patterns[pattern].fn;
+      }
+    }
   }
   if (fn == nullptr) {
     ++stats_.pattern_misses;
@@ -500,7 +583,7 @@ void Window::launch_cluster(const Cluster& cluster, std::size_t index,
   context.metrics().count_kernel();
   count_generated_launches(1);
   context.enqueue_task([fn, rank = static_cast<std::int64_t>(sizes.size()), args = std::move(args),
-                        scalars = compiler::launch_scalars(graph)] {
+                        scalars = std::move(scalars)] {
     run_generated_kernel(fn, ir::OpKind::Add, rank, args, scalars);
   }, "fused_kernel");
 }

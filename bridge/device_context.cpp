@@ -1,5 +1,7 @@
 #include "device_context.h"
 
+#include <chrono>
+
 #include <cstdlib>
 #include <stdexcept>
 
@@ -69,6 +71,8 @@ MetricsSnapshot Metrics::snapshot() const {
   s.ops = ops_.load();
   s.kernels_launched = kernels_.load();
   s.cache_hits = {{"memory", 0}, {"disk", 0}, {"shared", 0}};
+  for (int c = 0; c < static_cast<int>(KernelClass::kCount); ++c)
+    s.device_seconds[kernel_class_name(static_cast<KernelClass>(c))] = static_cast<double>(device_ns_[c].load()) / 1e9;
   std::lock_guard<std::mutex> lock(mutex_);
   s.host_fallback_ops = host_fallback_ops_;
   s.syncs = syncs_;
@@ -78,6 +82,7 @@ MetricsSnapshot Metrics::snapshot() const {
 void Metrics::reset() {
   ops_ = 0;
   kernels_ = 0;
+  for (auto& ns : device_ns_) ns = 0;
   std::lock_guard<std::mutex> lock(mutex_);
   host_fallback_ops_.clear();
   syncs_.clear();
@@ -128,24 +133,54 @@ void DeviceContext::launch(std::function<void()> kernel, std::string op) {
   enqueue_task(std::move(kernel), std::move(op));
 }
 
+const char* kernel_class_name(KernelClass c) {
+  switch (c) {
+    case KernelClass::kGenerated: return "generated";
+    case KernelClass::kFused: return "fused";
+    case KernelClass::kExtern: return "extern";
+    case KernelClass::kHostPath: return "host_path";
+    default: return "other";
+  }
+}
+
+KernelClass classify_kernel(const std::string& op) {
+  if (op.empty()) return KernelClass::kOther;  // copies, fills on ATen's kernels
+  if (op == "fused_kernel") return KernelClass::kFused;
+  if (op.rfind("aten::", 0) != 0) return KernelClass::kGenerated;
+  // Matrix work: GEMM, convolution and attention kernels (oneDNN/MKL in ATen).
+  static const char* const kExterns[] = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm",
+                                         "aten::matmul", "aten::linear", "aten::convolution", "aten::_convolution",
+                                         "aten::conv", "aten::_scaled_dot_product", "aten::_flash_attention",
+                                         "aten::mkldnn", "aten::_mkldnn"};
+  for (const char* prefix : kExterns)
+    if (op.rfind(prefix, 0) == 0) return KernelClass::kExtern;
+  return KernelClass::kHostPath;
+}
+
 void DeviceContext::enqueue_task(std::function<void()> kernel, std::string op) {
   const CallSite site = capture_call_site();
+  const KernelClass kind = classify_kernel(op);
   if (mode() == Mode::kDebug) {
+    const auto start = std::chrono::steady_clock::now();
     try {
       kernel();
     } catch (...) {
       rethrow_annotated(std::current_exception(), op, site);
     }
+    metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()));
     return;
   }
   // Naming the error needs the GIL (file and line of the site), which the
   // worker must not take: it is done at the synchronisation that raises it.
-  stream_->enqueue([kernel = std::move(kernel), op = std::move(op), site] {
+  stream_->enqueue([this, kernel = std::move(kernel), op = std::move(op), site, kind] {
+    const auto start = std::chrono::steady_clock::now();
     try {
       kernel();
     } catch (...) {
+      metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()));
       throw PendingOpError(std::current_exception(), op, site);
     }
+    metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()));
   });
 }
 

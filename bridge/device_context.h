@@ -21,6 +21,13 @@ const char* mode_name(Mode mode);
 // Throws std::invalid_argument naming the accepted modes.
 Mode parse_mode(const std::string& name);
 
+// Where device time goes, by the kind of kernel a stream task ran.
+enum class KernelClass { kGenerated, kFused, kExtern, kHostPath, kOther, kCount };
+const char* kernel_class_name(KernelClass c);
+// From a launch's op name: "fused_kernel", an IR op name (a generated
+// kernel), "aten::..." (matrix work is extern, the rest the host-kernel path).
+KernelClass classify_kernel(const std::string& op);
+
 struct MetricsSnapshot {
   std::uint64_t ops = 0;
   std::uint64_t kernels_launched = 0;
@@ -29,6 +36,7 @@ struct MetricsSnapshot {
   std::map<std::string, std::uint64_t> cache_hits;         // memory, disk, shared
   std::map<std::string, std::uint64_t> host_fallback_ops;  // aten op name -> count
   std::map<std::string, std::uint64_t> syncs;              // reason -> count
+  std::map<std::string, double> device_seconds;            // kernel class -> time on the stream
 };
 
 class Metrics {
@@ -37,12 +45,16 @@ class Metrics {
   void count_kernel() { kernels_.fetch_add(1, std::memory_order_relaxed); }
   void count_host_fallback(const std::string& op_name);
   void count_sync(const char* reason);
+  void add_device_time(KernelClass c, std::uint64_t nanoseconds) {
+    device_ns_[static_cast<int>(c)].fetch_add(nanoseconds, std::memory_order_relaxed);
+  }
   MetricsSnapshot snapshot() const;
   void reset();
 
  private:
   std::atomic<std::uint64_t> ops_{0};
   std::atomic<std::uint64_t> kernels_{0};
+  std::atomic<std::uint64_t> device_ns_[static_cast<int>(KernelClass::kCount)] = {};
   mutable std::mutex mutex_;
   std::map<std::string, std::uint64_t> host_fallback_ops_;
   std::map<std::string, std::uint64_t> syncs_;

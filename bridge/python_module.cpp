@@ -70,6 +70,8 @@ py::dict metrics_dict() {
   d["cache_misses"] = now.cache_misses - base.cache_misses;
   d["host_fallback_ops"] = s.host_fallback_ops;
   d["syncs"] = s.syncs;
+  // Seconds the stream spent in each kind of kernel (wall time of its tasks).
+  d["device_time_s"] = s.device_seconds;
   return d;
 }
 

@@ -101,6 +101,8 @@ DeviceContext::DeviceContext()
   // the worker itself everything queued before the running task is done.
   allocator_.set_release_guard([this] {
     if (stream_->on_worker_thread()) return;
+    // The pending window refers to freed blocks by address: run it first.
+    flush_window("memory_release");
     const std::uint64_t target = stream_->enqueued();
     auto wait = [&] { stream_->wait_for(target); };
     if (blocking_wait_wrapper()) blocking_wait_wrapper()(wait);

@@ -36,7 +36,7 @@ constexpr std::size_t kMaxWindowOps = 1024;
 // Where an operand lives: same storage, same first element, same strides
 // and dtype over the same iteration space means the same elements.
 struct Geometry {
-  const c10::StorageImpl* storage = nullptr;
+  const void* storage = nullptr;  // the allocation's base address
   const void* data = nullptr;
   ir::DType dtype = ir::DType::kFloat32;
   std::size_t rank = 0;
@@ -48,7 +48,7 @@ struct Geometry {
 };
 
 Geometry geometry_of(const WindowOperand& o, std::size_t rank) {
-  Geometry g{o.storage.unsafeGetStorageImpl(), o.arg.data, o.dtype, rank, {}};
+  Geometry g{o.base, o.arg.data, o.dtype, rank, {}};
   std::copy(o.arg.strides, o.arg.strides + rank, g.strides);
   return g;
 }
@@ -59,12 +59,12 @@ struct Use {
   bool written;
 };
 
-using UseMap = std::unordered_map<const c10::StorageImpl*, std::vector<Use>>;
+using UseMap = std::unordered_map<const void*, std::vector<Use>>;
 
 struct Cluster {
   std::vector<std::int64_t> iter_sizes;
   std::vector<std::size_t> ops;                     // indices into Window::ops, program order
-  std::vector<const c10::StorageImpl*> storages;    // touched (may repeat)
+  std::vector<const void*> storages;    // touched (may repeat)
 };
 
 struct PatternState {
@@ -176,8 +176,7 @@ class Window {
  private:
   std::size_t choose_cluster(const WindowOp& op, const std::vector<Geometry>& geometries, bool& joins);
   void flush_locked(std::vector<WindowOp>& released);
-  void launch_cluster(const Cluster& cluster, std::size_t index,
-                      const std::unordered_map<const c10::StorageImpl*, std::size_t>& window_refs);
+  void launch_cluster(const Cluster& cluster, std::size_t index);
   void launch_unfused(const Cluster& cluster);
 
   std::mutex mutex_;
@@ -271,8 +270,8 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
       continue;
     std::vector<Geometry> r_geometries;
     std::vector<bool> r_writes;
-    std::vector<const c10::StorageImpl*> seen;
-    for (const c10::StorageImpl* storage : candidate.storages) {
+    std::vector<const void*> seen;
+    for (const void* storage : candidate.storages) {
       if (std::find(seen.begin(), seen.end(), storage) != seen.end()) continue;
       seen.push_back(storage);
       for (const Use& use : uses_.at(storage))
@@ -290,7 +289,7 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
     for (std::size_t q : touching(uses_, r_geometries))
       if (q > r && q < target && contact(uses_, r_geometries, r_writes, q).conflicts) movable = false;
     if (!movable) continue;
-    for (const c10::StorageImpl* storage : seen)
+    for (const void* storage : seen)
       for (Use& use : uses_.at(storage))
         if (use.cluster == r) use.cluster = target;
     Cluster& into = clusters_[target];
@@ -338,11 +337,8 @@ void Window::flush(const char* reason, bool count) {
 }
 
 void Window::flush_locked(std::vector<WindowOp>& released) {
-  std::unordered_map<const c10::StorageImpl*, std::size_t> window_refs;
-  for (const WindowOp& op : ops_)
-    for (const WindowOperand* o : tensor_operands(op)) ++window_refs[o->storage.unsafeGetStorageImpl()];
   for (std::size_t k = 0; k < clusters_.size(); ++k)
-    if (!clusters_[k].ops.empty()) launch_cluster(clusters_[k], k, window_refs);
+    if (!clusters_[k].ops.empty()) launch_cluster(clusters_[k], k);
   released = std::move(ops_);
   ops_.clear();
   clusters_.clear();
@@ -398,6 +394,27 @@ void append_attr_value(std::string& out, const ir::AttrValue& v) {
       v);
 }
 
+// What a strided kernel specialises on for one tensor (the IR's generic key:
+// contiguous, broadcast with a stride-0 mask, or strided), so a pattern
+// serves every shape of its kind, as strict mode's kernels do.
+std::string layout_word(const compiler::VtpuTensorArg& arg, const std::vector<std::int64_t>& sizes) {
+  std::uint64_t broadcast = 0;
+  std::int64_t expected = 1;
+  bool contiguous = true, row_major = true;
+  for (std::size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] == 1) continue;
+    if (arg.strides[d] != expected) contiguous = false;
+    if (arg.strides[d] == 0) {
+      broadcast |= std::uint64_t{1} << d;
+      continue;
+    }
+    if (arg.strides[d] != expected) row_major = false;
+    expected *= sizes[d];
+  }
+  if (contiguous) return "c";
+  return row_major ? "b" + std::to_string(broadcast) : "s";
+}
+
 double scalar_of(const ir::AttrValue& v) {
   if (const auto* d = std::get_if<double>(&v)) return *d;
   if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
@@ -405,8 +422,7 @@ double scalar_of(const ir::AttrValue& v) {
   return 0;
 }
 
-void Window::launch_cluster(const Cluster& cluster, std::size_t index,
-                            const std::unordered_map<const c10::StorageImpl*, std::size_t>& window_refs) {
+void Window::launch_cluster(const Cluster& cluster, std::size_t index) {
   if (cluster.ops.size() == 1) {
     launch_unfused(cluster);
     return;
@@ -437,7 +453,7 @@ void Window::launch_cluster(const Cluster& cluster, std::size_t index,
   std::vector<std::pair<Geometry, std::size_t>> written;         // buffer -> last writer (op position)
   std::vector<const WindowOperand*> written_operand;
   std::vector<double> scalars;
-  std::string pattern = flat ? "flat|" : "strided|";
+  std::string pattern = !flat ? "strided|" : numel == 1 ? "flat1|" : "flat|";
   auto find = [](const auto& list, const Geometry& g, auto key) -> std::ptrdiff_t {
     for (std::size_t i = 0; i < list.size(); ++i)
       if (key(list[i]) == g) return static_cast<std::ptrdiff_t>(i);
@@ -473,8 +489,7 @@ void Window::launch_cluster(const Cluster& cluster, std::size_t index,
       } else {
         b.push_back({Binding::kLoaded, loaded.size()});
         pattern += "l" + std::to_string(loaded.size()) + ":" + std::string(ir::name(in.dtype)) + ",";
-        if (!flat)
-          for (std::size_t d = 0; d < rank; ++d) pattern += std::to_string(in.arg.strides[d]) + ".";
+        if (!flat) pattern += layout_word(in.arg, cluster.iter_sizes);
         loaded.push_back(g);
         loaded_operand.push_back(&in);
       }
@@ -485,6 +500,7 @@ void Window::launch_cluster(const Cluster& cluster, std::size_t index,
     const Geometry g = geometry_of(op.out, rank);
     if (auto w = find(written, g, first); w >= 0) {
       written[static_cast<std::size_t>(w)].second = position;
+      written_operand[static_cast<std::size_t>(w)] = &op.out;  // the last writer's storage decides liveness
     } else {
       written.emplace_back(g, position);
       written_operand.push_back(&op.out);
@@ -492,16 +508,15 @@ void Window::launch_cluster(const Cluster& cluster, std::size_t index,
     pattern += "|";
   }
   // Outputs: every buffer written, except those nobody can read any more
-  // (only the window refers to the storage and no other cluster uses it).
+  // (Python dropped the storage and no other cluster touches the memory).
   std::vector<compiler::VtpuTensorArg> args;
   std::vector<std::size_t> outputs;  // op positions whose values are stored
   std::uint64_t dead = 0;
   for (std::size_t i = 0; i < written.size(); ++i) {
-    const c10::StorageImpl* storage = written[i].first.storage;
+    const void* storage = written[i].first.storage;
     bool used_elsewhere = false;
     for (const Use& use : uses_.at(storage)) used_elsewhere = used_elsewhere || use.cluster != index;
-    const bool dead_store =
-        !used_elsewhere && written_operand[i]->storage.use_count() == static_cast<std::int64_t>(window_refs.at(storage));
+    const bool dead_store = !used_elsewhere && written_operand[i]->weak.expired();
     if (dead_store) {
       ++dead;
       continue;
@@ -509,11 +524,11 @@ void Window::launch_cluster(const Cluster& cluster, std::size_t index,
     outputs.push_back(written[i].second);
     args.push_back(launch_arg(*written_operand[i]));
     pattern += "o" + std::to_string(written[i].second);
-    if (!flat)
-      for (std::size_t d = 0; d < rank; ++d) pattern += "." + std::to_string(written_operand[i]->arg.strides[d]);
+    if (!flat) pattern += layout_word(written_operand[i]->arg, cluster.iter_sizes);
   }
+  // The rank and which dims are 1 (they broadcast): as the IR's generic key.
   if (!flat)
-    for (std::int64_t size : cluster.iter_sizes) pattern += "#" + std::to_string(size);
+    for (std::int64_t size : cluster.iter_sizes) pattern += size == 1 ? "#1" : "#n";
   if (outputs.empty()) {  // every result is dead: nothing to run
     stats_.dead_stores_skipped += dead;
     return;
@@ -556,7 +571,10 @@ void Window::launch_cluster(const Cluster& cluster, std::size_t index,
           throw runtime::Error(runtime::ErrorKind::kInvalidArgument, "[fused] result dtype differs");
       }
       for (std::size_t position : outputs) graph.mark_output(value_ids[position]);
-    } catch (const runtime::Error&) {
+    } catch (const runtime::Error& e) {
+      // The ops keep running on strict's kernels (same results); say so once.
+      static std::once_flag warned;
+      std::call_once(warned, [&] { std::fprintf(stderr, "vtpu: a fused pattern stays unfused: %s\n", e.what()); });
       std::lock_guard<std::mutex> lock(builder.patterns_mutex);
       builder.patterns[pattern] = PatternState{nullptr, true};  // stays on strict's kernels
       graph = ir::Graph();

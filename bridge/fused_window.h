@@ -20,8 +20,8 @@
 // uses while the fused kernel compiles on a background thread; later
 // windows with that pattern launch it. Both give the same bits (the
 // generator rounds half/bf16 intermediates to their storage type), so the
-// swap is invisible. A buffer written in a cluster that no tensor refers to
-// any more by the flush and no other cluster reads is not written at all.
+// swap is invisible. A buffer written in a cluster whose storage Python has
+// dropped by the flush, and that no other cluster touches, is not written.
 #pragma once
 
 #include <c10/core/Storage.h>
@@ -41,7 +41,13 @@ struct WindowOperand {
   ir::DType dtype = ir::DType::kFloat32;
   ir::AttrValue constant;          // a Python scalar's value (when !is_tensor)
   compiler::VtpuTensorArg arg{};   // in the op's iteration space (broadcast dims: stride 0)
-  c10::Storage storage;            // keeps the buffer alive until the flush
+  // The allocation the tensor lives in. The window holds no reference to
+  // it: memory Python lets go of is reused at once, as in strict mode (the
+  // window orders ops by allocation, so a reused block is just one more
+  // write to the same buffer). Outputs keep a weak reference, which tells
+  // the flush whether anyone can still read them.
+  const void* base = nullptr;
+  c10::weak_intrusive_ptr<c10::StorageImpl> weak{c10::intrusive_ptr<c10::StorageImpl>()};
 };
 
 // One elementwise op: what fusion needs, and its strict single-op launch.

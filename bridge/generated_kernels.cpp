@@ -275,10 +275,11 @@ void record(ir::OpKind op, const ir::Attributes& attrs, const at::Tensor& out, c
     o.is_tensor = true;
     o.dtype = *to_ir(t.scalar_type());
     o.arg = kernel_tensor(t, out.sizes()).arg;
-    o.storage = t.storage();
+    o.base = t.storage().data();
     return o;
   };
   w.out = tensor_operand(out);
+  w.out.weak = out.storage().getWeakStorageImpl();
   for (const at::Tensor& t : inputs) {
     if (t.device().type() == kVtpu) {
       w.inputs.push_back(tensor_operand(t));

@@ -319,6 +319,14 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
     case Lowering::Result::kOutArgument:  // the last argument for every such op in the table
       if (!args.back().isTensor()) return false;
       out = args.back().toTensor();
+      // Composites such as abs pass an empty out tensor for the kernel to
+      // size, as ATen's resize_output does (only an empty one: resizing a
+      // non-empty out of another shape warns in ATen, left to ATen).
+      if (!lowering.reduction && out.numel() == 0 && out.device().type() == kVtpu) {
+        std::vector<std::int64_t> sizes;
+        for (const at::Tensor& t : operands) sizes = at::infer_size(sizes, t.sizes());
+        if (c10::multiply_integers(sizes) != 0) out.resize_(sizes);
+      }
       break;
     case Lowering::Result::kFresh:
       if (operands[0].device().type() != kVtpu) return false;

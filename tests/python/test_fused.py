@@ -1,0 +1,355 @@
+"""Fused eager mode: elementwise ops recorded into a window become few kernels,
+with results bitwise equal to strict mode.
+
+A pattern seen for the first time runs on strict's single-op kernels while its
+fused kernel compiles in the background, so exact kernel counts are asserted on
+a second run, after `_wait_for_fusion_compiles()`.
+"""
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_vtpu
+from torch_vtpu import _C
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import test_training_parity as parity  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fused_then_strict():
+    torch_vtpu.set_mode("fused")
+    yield
+    torch_vtpu.set_mode("strict")
+
+
+def _steady_metrics(program, *args):
+    """Runs `program` to see its patterns, waits for their kernels, then
+    returns (result, metrics) of a further run. Two warm-up runs: which
+    intermediates share a memory block (part of a pattern) settles once the
+    allocator's cache holds the program's blocks."""
+    for _ in range(2):
+        first = program(*args)  # kept alive: its results are stored, as in the measured run
+        torch.vtpu.synchronize()
+        _C._wait_for_fusion_compiles()
+        del first
+    torch_vtpu.reset_metrics()
+    result = program(*args)
+    torch.vtpu.synchronize()
+    return result, torch_vtpu.metrics()
+
+
+def _in_strict(program, *args):
+    with torch_vtpu.mode("strict"):
+        out = program(*args)
+        torch.vtpu.synchronize()
+    return out
+
+
+def _chain6(x, y):
+    return (((x * 2.0 + y).tanh() - 1.0).sigmoid() * y).exp()
+
+
+def test_chain_of_six_elementwise_ops_is_one_kernel():
+    x = torch.randn(300, 70, device="vtpu")
+    y = torch.randn(300, 70, device="vtpu")
+    out, m = _steady_metrics(_chain6, x, y)
+    assert m["kernels_launched"] == 1
+    assert m["fused_kernels"] == 1
+    assert m["ops_per_fused_kernel"] == {7: 1}  # 6 ops + the scalar add
+    # Only the final result is stored: the intermediates died with Python's
+    # references (and, dropped one by one, shared memory blocks).
+    assert m["dead_stores_skipped"] >= 1
+    assert torch.equal(out.cpu(), _in_strict(_chain6, x, y).cpu())
+
+
+def test_first_sighting_runs_unfused_then_the_fused_kernel_takes_over():
+    x = torch.randn(64, device="vtpu")
+
+    def program(t):
+        return (t * 3.0 - 0.5).abs().sqrt() + t
+
+    torch_vtpu.reset_metrics()
+    first = program(x).cpu()
+    m = torch_vtpu.metrics()
+    assert m["pattern_cache_misses"] + m["pattern_cache_hits"] == 1
+    _C._wait_for_fusion_compiles()
+    torch_vtpu.reset_metrics()
+    second = program(x).cpu()
+    m = torch_vtpu.metrics()
+    assert m["pattern_cache_hits"] == 1 and m["fused_kernels"] == 1
+    assert torch.equal(first, second)
+
+
+def test_broadcasting_chain_fuses_and_matches_strict():
+    x = torch.randn(32, 48, device="vtpu")
+    bias = torch.randn(48, device="vtpu")
+    scale = torch.randn(32, 1, device="vtpu")
+
+    def program(a, b, s):
+        return F.gelu((a + b) * s) - a
+
+    out, m = _steady_metrics(program, x, bias, scale)
+    assert m["fused_kernels"] == 1 and m["kernels_launched"] == 1
+    assert torch.equal(out.cpu(), _in_strict(program, x, bias, scale).cpu())
+
+
+def test_softmax_is_one_kernel():
+    x = torch.randn(16, 100, device="vtpu")
+    out, m = _steady_metrics(lambda t: torch.softmax(t, dim=-1), x)
+    assert m["kernels_launched"] == 1
+    assert torch.equal(out.cpu(), _in_strict(lambda t: torch.softmax(t, dim=-1), x).cpu())
+
+
+def _adamw_setup(n, device="vtpu"):
+    torch.manual_seed(0)
+    params = [torch.randn(16, 8 if i % 2 else 24, device=device, requires_grad=True) for i in range(n)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    return params, torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1)
+
+
+def test_adamw_step_over_50_parameters_is_one_kernel_per_parameter():
+    params, opt = _adamw_setup(50)
+    _, m = _steady_metrics(opt.step)
+    # foreach AdamW issues 8 elementwise ops per parameter (weight decay, two
+    # moment updates, sqrt, bias correction, eps, the update): each parameter's
+    # ops become one kernel whose temporaries are never stored.
+    assert m["kernels_launched"] == 50
+    assert m["fused_kernels"] == 50
+    assert m["ops_per_fused_kernel"] == {8: 50}
+    assert m["dead_stores_skipped"] == 50
+
+
+def test_adamw_fused_matches_strict_bitwise():
+    fused_params, fused_opt = _adamw_setup(10)
+    with torch_vtpu.mode("strict"):
+        strict_params, strict_opt = _adamw_setup(10)
+        for _ in range(5):
+            strict_opt.step()
+    for _ in range(5):
+        fused_opt.step()
+    for a, b in zip(fused_params, strict_params):
+        assert torch.equal(a.detach().cpu(), b.detach().cpu())
+
+
+@pytest.mark.parametrize("name", list(parity.CASES))
+def test_training_parity_models_fused_equal_strict_bitwise(name):
+    fused_losses, fused_model = parity._train(name, "vtpu")
+    with torch_vtpu.mode("strict"):
+        strict_losses, strict_model = parity._train(name, "vtpu")
+    assert torch.equal(fused_losses, strict_losses)
+    for a, b in zip(fused_model.parameters(), strict_model.parameters()):
+        assert torch.equal(a.detach().cpu(), b.detach().cpu())
+
+
+def test_bfloat16_chain_rounds_like_strict():
+    x = torch.randn(1000, device="vtpu").to(torch.bfloat16)
+    y = torch.randn(1000, device="vtpu").to(torch.bfloat16)
+
+    def program(a, b):
+        return ((a * b + 1.0).exp() / (b - 3.0)).tanh()
+
+    out, m = _steady_metrics(program, x, y)
+    assert m["fused_kernels"] == 1
+    assert torch.equal(out.cpu(), _in_strict(program, x, y).cpu())
+
+
+def test_in_place_ops_and_aliases():
+    def program(a, b):
+        a = a.clone()
+        a.mul_(2.0)
+        a.add_(b)
+        view = a.view(-1)  # a view of a pending result
+        view.sub_(1.0)
+        c = a * a
+        a.div_(3.0)  # written after c read it
+        return a, c
+
+    x = torch.randn(40, 30, device="vtpu")
+    y = torch.randn(40, 30, device="vtpu")
+    (a, c), _ = _steady_metrics(program, x, y)
+    sa, sc = _in_strict(program, x, y)
+    assert torch.equal(a.cpu(), sa.cpu()) and torch.equal(c.cpu(), sc.cpu())
+
+
+def test_transposed_read_of_a_pending_result_is_not_forwarded():
+    def program(a):
+        b = a * 2.0
+        return b.t() + b  # b read in another geometry: the window must cut
+
+    x = torch.randn(33, 33, device="vtpu")
+    out, _ = _steady_metrics(program, x)
+    assert torch.equal(out.cpu(), _in_strict(program, x).cpu())
+    assert torch.equal(out.cpu(), (x.cpu() * 2.0).t() + x.cpu() * 2.0)
+
+
+def test_overlapping_slices_written_in_one_window():
+    def program(a):
+        a = a.clone()
+        b = a[:-1] * 2.0  # reads a shifted by one element against the write below
+        a[1:].mul_(3.0)
+        c = a[:-1] + b  # must see the write
+        return a, c
+
+    x = torch.randn(50, device="vtpu")
+    (a, c), _ = _steady_metrics(program, x)
+    sa, sc = _in_strict(program, x)
+    assert torch.equal(a.cpu(), sa.cpu()) and torch.equal(c.cpu(), sc.cpu())
+
+
+def test_memory_dropped_mid_window_is_reused_safely():
+    def program(a):
+        outs = []
+        for i in range(20):
+            t = a * float(i)  # dropped at once: its block is reused by the next t
+            u = t.t() + 1.0  # another geometry: t must really be stored before reuse
+            outs.append(u)
+        return outs
+
+    x = torch.randn(64, 64, device="vtpu")
+    got, _ = _steady_metrics(program, x)
+    want = _in_strict(program, x)
+    for g, w in zip(got, want):
+        assert torch.equal(g.cpu(), w.cpu())
+
+
+def test_host_read_mid_window_flushes_and_sees_the_values():
+    x = torch.randn(100, device="vtpu")
+    torch_vtpu.reset_metrics()
+    y = x * 2.0 + 1.0
+    value = y[3].item()
+    assert value == (x.cpu()[3] * 2.0 + 1.0).item()
+    assert torch_vtpu.metrics()["syncs"].get("item", 0) == 1
+    z = y - 1.0
+    assert torch.equal(z.cpu(), x.cpu() * 2.0 + 1.0 - 1.0)
+
+
+def test_random_op_inside_a_window_gives_strict_values():
+    def program(a):
+        torch.vtpu.manual_seed(7)
+        b = a * 2.0
+        noise = torch.rand_like(a)  # not fusible: flushes the window, same stream order
+        return (b + noise).relu()
+
+    x = torch.randn(500, device="vtpu")
+    out = program(x).cpu()
+    assert torch.equal(out, _in_strict(program, x).cpu())
+
+
+def test_flush_reasons_are_counted():
+    x = torch.randn(64, 64, device="vtpu")
+    torch_vtpu.reset_metrics()
+    y = x + 1.0
+    z = y @ y  # matrix work is outside the window: it flushes it first
+    torch.vtpu.synchronize()
+    syncs = torch_vtpu.metrics()["syncs"]
+    assert syncs.get("unfused_op", 0) >= 1
+    assert syncs.get("synchronize", 0) == 1
+    assert torch.allclose(z.cpu(), (x.cpu() + 1.0) @ (x.cpu() + 1.0), rtol=1e-4, atol=1e-4)
+
+
+def test_window_limit_is_a_deterministic_flush_point():
+    x = torch.randn(8, device="vtpu")
+    torch_vtpu.reset_metrics()
+    for _ in range(2100):
+        x = x * 1.0001
+    out = x.cpu()
+    assert torch_vtpu.metrics()["syncs"].get("window_limit", 0) == 2
+    with torch_vtpu.mode("strict"):
+        y = torch.randn(8, device="vtpu")
+    del y
+
+
+def test_error_inside_a_window_is_raised_at_the_flush_and_the_process_stays_usable():
+    x = torch.randn(10, device="vtpu")
+    y = x * 2.0
+    bad = torch.tensor([0, 99], device="vtpu")
+    with pytest.raises(IndexError, match="index out of range"):
+        torch.index_select(y, 0, bad).cpu()
+    z = (x + 1.0).cpu()
+    assert torch.equal(z, x.cpu() + 1.0)
+
+
+def test_backward_on_autograd_thread_matches_strict():
+    torch.manual_seed(0)
+    w = torch.randn(20, 20)
+    x = torch.randn(8, 20)
+
+    def run():
+        wd = w.to("vtpu").requires_grad_()
+        out = torch.tanh(x.to("vtpu") @ wd).sigmoid() * 3.0 - 1.0
+        out.pow(2).mean().backward()
+        return wd.grad.cpu()
+
+    fused = run()
+    with torch_vtpu.mode("strict"):
+        strict = run()
+    assert torch.equal(fused, strict)
+
+
+def test_mode_change_flushes_the_window():
+    x = torch.randn(16, device="vtpu")
+    y = x * 5.0
+    torch_vtpu.set_mode("strict")
+    assert torch.equal(y.cpu(), x.cpu() * 5.0)
+
+
+def test_fused_peak_memory_not_above_strict():
+    def program(a):
+        for _ in range(10):
+            a = (a * 1.5 + 0.5).tanh()
+        return a
+
+    x = torch.randn(1 << 16, device="vtpu")
+    peaks = {}
+    for mode in ("strict", "fused"):
+        with torch_vtpu.mode(mode):
+            program(x)
+            torch.vtpu.synchronize()
+            _C._wait_for_fusion_compiles()
+            torch.vtpu.reset_peak_memory_stats()
+            base = torch.vtpu.memory_allocated()
+            program(x)
+            torch.vtpu.synchronize()
+            peaks[mode] = torch.vtpu.max_memory_allocated() - base
+    assert peaks["fused"] <= peaks["strict"]
+
+
+def test_decoding_compiles_nothing_after_the_fourth_token():
+    from torch_vtpu.models import Qwen3Mini, Qwen3MiniConfig
+
+    config = Qwen3MiniConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                             max_position_embeddings=128, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = Qwen3Mini(config).to("vtpu").eval()
+    ids = torch.randint(0, 96, (1, 5)).to("vtpu")
+    tokens = []
+    with torch.no_grad():
+        logits, cache = model(ids, use_cache=True)
+        for step in range(24):
+            next_id = logits[:, -1, :].argmax(dim=-1, keepdim=True)
+            tokens.append(next_id.item())
+            if step == 3:
+                _C._wait_for_fusion_compiles()
+                torch_vtpu.reset_metrics()
+            logits, cache = model(next_id, past_key_values=cache, use_cache=True)
+    _C._wait_for_fusion_compiles()
+    m = torch_vtpu.metrics()
+    assert m["compiles"] == 0
+    assert m["fusion_compiles"] == 0
+    assert m["pattern_cache_misses"] == 0
+    # Same tokens as strict mode.
+    with torch_vtpu.mode("strict"), torch.no_grad():
+        logits, cache = model(ids, use_cache=True)
+        strict_tokens = []
+        for _ in range(24):
+            next_id = logits[:, -1, :].argmax(dim=-1, keepdim=True)
+            strict_tokens.append(next_id.item())
+            logits, cache = model(next_id, past_key_values=cache, use_cache=True)
+    assert tokens == strict_tokens

@@ -183,6 +183,7 @@ class Window {
   std::vector<WindowOp> ops_;
   std::vector<Cluster> clusters_;
   UseMap uses_;
+  std::vector<Geometry> scratch_geometries_;  // reused by record()
   FusionStats stats_;
 };
 
@@ -191,11 +192,20 @@ Window& window() {
   return *w;
 }
 
-// The operands of `op` in order: the output, then the tensor inputs.
-std::vector<const WindowOperand*> tensor_operands(const WindowOp& op) {
-  std::vector<const WindowOperand*> out{&op.out};
+// The operands of `op` in order: the output, then the tensor inputs. A
+// small fixed array: this runs for every recorded op.
+struct TensorOperands {
+  const WindowOperand* items[8];
+  std::size_t count = 0;
+  const WindowOperand* const* begin() const { return items; }
+  const WindowOperand* const* end() const { return items + count; }
+};
+
+TensorOperands tensor_operands(const WindowOp& op) {
+  TensorOperands out;
+  out.items[out.count++] = &op.out;
   for (const WindowOperand& in : op.inputs)
-    if (in.is_tensor) out.push_back(&in);
+    if (in.is_tensor && out.count < 8) out.items[out.count++] = &in;
   return out;
 }
 
@@ -311,8 +321,10 @@ void Window::record(WindowOp op) {
       flush_locked(released);
     }
     const std::size_t rank = op.iter_sizes.size();
-    std::vector<Geometry> geometries;
+    std::vector<Geometry>& geometries = scratch_geometries_;
+    geometries.clear();
     for (const WindowOperand* o : tensor_operands(op)) geometries.push_back(geometry_of(*o, rank));
+    if (ops_.empty()) ops_.reserve(kMaxWindowOps);
     bool joins = false;
     const std::size_t k = choose_cluster(op, geometries, joins);
     if (!joins) clusters_.push_back(Cluster{op.iter_sizes, {}, {}});
@@ -454,6 +466,8 @@ void Window::launch_cluster(const Cluster& cluster, std::size_t index) {
   std::vector<const WindowOperand*> written_operand;
   std::vector<double> scalars;
   std::string pattern = !flat ? "strided|" : numel == 1 ? "flat1|" : "flat|";
+  pattern.reserve(64 * cluster.ops.size());
+  bindings.reserve(cluster.ops.size());
   auto find = [](const auto& list, const Geometry& g, auto key) -> std::ptrdiff_t {
     for (std::size_t i = 0; i < list.size(); ++i)
       if (key(list[i]) == g) return static_cast<std::ptrdiff_t>(i);
@@ -510,6 +524,7 @@ void Window::launch_cluster(const Cluster& cluster, std::size_t index) {
   // Outputs: every buffer written, except those nobody can read any more
   // (Python dropped the storage and no other cluster touches the memory).
   std::vector<compiler::VtpuTensorArg> args;
+  args.reserve(written.size() + loaded.size());
   std::vector<std::size_t> outputs;  // op positions whose values are stored
   std::uint64_t dead = 0;
   for (std::size_t i = 0; i < written.size(); ++i) {

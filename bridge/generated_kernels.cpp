@@ -280,6 +280,8 @@ void record(ir::OpKind op, const ir::Attributes& attrs, const at::Tensor& out, c
   };
   w.out = tensor_operand(out);
   w.out.weak = out.storage().getWeakStorageImpl();
+  w.inputs.reserve(inputs.size());
+  w.single_op_tensors.reserve(tensors.size());
   for (const at::Tensor& t : inputs) {
     if (t.device().type() == kVtpu) {
       w.inputs.push_back(tensor_operand(t));

@@ -198,7 +198,7 @@ class Emitter {
         << "].strides[d];\n";
     }
     s << "  if (total <= 0) return;\n"
-      << "  const int64_t grain = 32768;\n"
+      << "  const int64_t grain = " << grain() << ";\n"
       << "  if (args->parallel_for != nullptr && total > grain) args->parallel_for(total, grain, &body, &c, args->runner);\n"
       << "  else body(0, total, &c);\n}\n";
     return {symbol, s.str()};
@@ -224,6 +224,15 @@ class Emitter {
     for (ir::ValueId id : graph_.outputs())
       if (graph_.type(id).sizes != out_sizes)
         throw Error(ErrorKind::kInvalidArgument, "[host codegen] outputs of different shapes");
+  }
+
+  // Elements per parallel chunk: about the same work per chunk whatever the
+  // kernel, so a fused kernel of many ops spreads over the cores at sizes
+  // where a single add would not be worth splitting.
+  std::int64_t grain() const {
+    std::int64_t ops = 0;
+    for (const auto& node : graph_.nodes()) ops += node.op != OpKind::Input && node.op != OpKind::Constant;
+    return std::max<std::int64_t>(2048, 32768 / std::max<std::int64_t>(1, ops));
   }
 
   static bool has_runtime_scalar(const ir::Node& node) {

@@ -1,6 +1,7 @@
 """Execution modes: debug (synchronous, op by op), strict (default: asynchronous,
-one kernel per op) and fused (adjacent ops fused; until the fused-eager engine
-lands it executes exactly like strict)."""
+one kernel per op) and fused (elementwise ops recorded into a window and fused
+into few kernels at flush points, bitwise equal to strict; see
+docs/architecture.md, "Fused eager")."""
 import contextlib
 import os
 import warnings
@@ -39,7 +40,8 @@ def mode(name: str) -> Iterator[None]:
 
 
 def flush() -> None:
-    """An explicit flush point: wait for all queued device work and raise its first error."""
+    """An explicit flush point: launch fused mode's pending window, wait for all
+    queued device work and raise its first error."""
     _C._synchronize()
 
 

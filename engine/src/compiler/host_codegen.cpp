@@ -23,6 +23,10 @@ using detail::storage_type;
 
 namespace detail {
 
+void refuse(OpKind op, const std::string& why) {
+  throw Error(ErrorKind::kInvalidArgument, "[host codegen] " + std::string(ir::name(op)) + ": " + why);
+}
+
 const char* storage_type(DType t) {
   switch (t) {
     case DType::kBool: return "bool";

@@ -77,10 +77,6 @@ using ir::OpKind;
 using runtime::Error;
 using runtime::ErrorKind;
 
-[[noreturn]] void refuse(OpKind op, const std::string& why) {
-  throw Error(ErrorKind::kInvalidArgument, "[host codegen] " + std::string(ir::name(op)) + ": " + why);
-}
-
 // Shared by every indexing kernel (emitted into its namespace). `offset`
 // unravels a row-major position over dims [first, last) of `sizes` into an
 // element offset through `strides`; `skip` names a dim the position does not

@@ -40,4 +40,8 @@ GeneratedKernel emit_indexing(const ir::Graph& graph, const std::string& symbol)
 bool host_loss_supports(ir::OpKind op);
 GeneratedKernel emit_loss(const ir::Graph& graph, const std::string& symbol);
 
+// Throws Error(kInvalidArgument) "[host codegen] <op>: <why>": a graph a
+// generator does not handle (the bridge then keeps the op on ATen's kernel).
+[[noreturn]] void refuse(ir::OpKind op, const std::string& why);
+
 }  // namespace vtpu::compiler::detail

@@ -45,10 +45,6 @@ using ir::OpKind;
 using runtime::Error;
 using runtime::ErrorKind;
 
-[[noreturn]] void refuse(OpKind op, const std::string& why) {
-  throw Error(ErrorKind::kInvalidArgument, "[host codegen] " + std::string(ir::name(op)) + ": " + why);
-}
-
 // Shared by both kernels. `rnd` rounds a compute-precision value to the
 // storage dtype and back (ATen's scalar_t arithmetic for the 16-bit floats).
 constexpr const char* kHelpers = R"HELPERS(

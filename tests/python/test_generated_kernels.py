@@ -235,3 +235,20 @@ def test_nll_loss_and_cross_entropy_run_on_generated_kernels_and_match_cpu(tmp_p
         cpu, vtpu = r["errors"][reduction + "/cpu"], r["errors"][reduction + "/vtpu"]
         assert cpu == ["IndexError", "Target 10 is out of bounds."], cpu
         assert vtpu is not None and vtpu[0] == cpu[0] and cpu[1] in vtpu[1], (cpu, vtpu)
+
+
+def test_strided_out_tensor_of_an_elementwise_op_with_contiguous_inputs():
+    import torch
+
+    # The kernel's graph sees contiguous inputs; the out= view is transposed,
+    # so element i of the inputs is not element i of the output's memory.
+    a = torch.randn(5, 7)
+    b = torch.randn(5, 7)
+    out = torch.empty(7, 5).t()
+    torch.add(a, b, out=out)
+    dev_out = torch.empty(7, 5, device="vtpu").t()
+    torch.add(a.to("vtpu"), b.to("vtpu"), out=dev_out)
+    assert torch.equal(dev_out.cpu(), out)
+    dst = torch.empty(7, 5, device="vtpu").t()
+    dst.copy_(a.to("vtpu"))  # the device-to-device copy (a generated cast)
+    assert torch.equal(dst.cpu(), a)

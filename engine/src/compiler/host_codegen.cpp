@@ -148,7 +148,7 @@ class Emitter {
     const int num_outputs = static_cast<int>(graph_.outputs().size());
     const int num_inputs = static_cast<int>(graph_.inputs().size());
     for (int t = 0; t < num_outputs + num_inputs; ++t) s << "  char* p" << t << ";\n";
-    s << "  const double* scalars;\n  int64_t sizes[VTPU_MAX_RANK];\n"
+    s << "  const double* scalars;\n  bool dense_outputs;\n  int64_t sizes[VTPU_MAX_RANK];\n"
       << "  int64_t strides[" << (num_outputs + num_inputs) << "][VTPU_MAX_RANK];\n};\n";
 
     // The element function: loads at the given element offsets, computes, stores.
@@ -166,12 +166,17 @@ class Emitter {
       // a shifted alias: ATen's overlap checks and fused mode's window rules
       // see to that), so there is no loop-carried dependence and the loop
       // vectorises without the alias checks GCC gives up on beyond a few
-      // pointers.
+      // pointers. The graph describes its inputs' layout but not where the
+      // outputs go: an out= tensor may be a strided view, which takes the
+      // odometer below.
+      if (rank > 0) s << "  if (c.dense_outputs) {\n";
       s << "  #pragma GCC ivdep\n";
       s << "  for (int64_t i = begin; i < end; ++i) element(c";
       for (int t = 0; t < num_outputs + num_inputs; ++t) s << ", i";
       s << ");\n";
-    } else {
+      if (rank > 0) s << "  return;\n  }\n";
+    }
+    if (rank > 0) {
       // Odometer over the output shape, starting from `begin`'s coordinates.
       s << "  int64_t idx[VTPU_MAX_RANK];\n  int64_t rest = begin;\n"
         << "  for (int d = " << rank - 1 << "; d >= 0; --d) { idx[d] = rest % c.sizes[d]; rest /= c.sizes[d]; }\n";
@@ -201,6 +206,14 @@ class Emitter {
         << "  for (int d = 0; d < args->rank; ++d) c.strides[" << t << "][d] = args->tensors[" << t
         << "].strides[d];\n";
     }
+    // Whether every output is row-major over the iteration shape (size-1
+    // dims aside): then the flat loop may index it by the element number.
+    s << "  c.dense_outputs = true;\n"
+      << "  for (int t = 0; t < " << num_outputs << "; ++t) {\n"
+      << "    int64_t expected = 1;\n"
+      << "    for (int d = args->rank - 1; d >= 0; --d) {\n"
+      << "      if (c.sizes[d] != 1 && c.strides[t][d] != expected) c.dense_outputs = false;\n"
+      << "      expected *= c.sizes[d];\n    }\n  }\n";
     s << "  if (total <= 0) return;\n"
       << "  const int64_t grain = " << grain() << ";\n"
       << "  if (args->parallel_for != nullptr && total > grain) args->parallel_for(total, grain, &body, &c, args->runner);\n"

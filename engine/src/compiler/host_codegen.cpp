@@ -1,5 +1,7 @@
 #include "vtpu/compiler/host_codegen.h"
 
+#include <algorithm>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -148,7 +150,7 @@ class Emitter {
     const int num_outputs = static_cast<int>(graph_.outputs().size());
     const int num_inputs = static_cast<int>(graph_.inputs().size());
     for (int t = 0; t < num_outputs + num_inputs; ++t) s << "  char* p" << t << ";\n";
-    s << "  const double* scalars;\n  bool dense_outputs;\n  int64_t sizes[VTPU_MAX_RANK];\n"
+    s << "  const double* scalars;\n  bool dense_outputs;\n  bool unit_rows;\n  int64_t sizes[VTPU_MAX_RANK];\n"
       << "  int64_t strides[" << (num_outputs + num_inputs) << "][VTPU_MAX_RANK];\n};\n";
 
     // The element function: loads at the given element offsets, computes, stores.
@@ -176,6 +178,8 @@ class Emitter {
       s << ");\n";
       if (rank > 0) s << "  return;\n  }\n";
     }
+    const std::optional<std::vector<int>> steps = inner_steps();
+    if (rank > 0 && steps) emit_rows_loop(s, rank, num_outputs, *steps);
     if (rank > 0) {
       // Odometer over the output shape, starting from `begin`'s coordinates.
       s << "  int64_t idx[VTPU_MAX_RANK];\n  int64_t rest = begin;\n"
@@ -214,6 +218,9 @@ class Emitter {
       << "    for (int d = args->rank - 1; d >= 0; --d) {\n"
       << "      if (c.sizes[d] != 1 && c.strides[t][d] != expected) c.dense_outputs = false;\n"
       << "      expected *= c.sizes[d];\n    }\n  }\n";
+    s << "  c.unit_rows = true;\n"
+      << "  for (int t = 0; t < " << num_outputs << "; ++t)\n"
+      << "    if (args->rank > 0 && c.sizes[args->rank - 1] != 1 && c.strides[t][args->rank - 1] != 1) c.unit_rows = false;\n";
     s << "  if (total <= 0) return;\n"
       << "  const int64_t grain = " << grain() << ";\n"
       << "  if (args->parallel_for != nullptr && total > grain) args->parallel_for(total, grain, &body, &c, args->runner);\n"
@@ -241,6 +248,62 @@ class Emitter {
     for (ir::ValueId id : graph_.outputs())
       if (graph_.type(id).sizes != out_sizes)
         throw Error(ErrorKind::kInvalidArgument, "[host codegen] outputs of different shapes");
+  }
+
+  // Per input, the step of its offset along the innermost output dim when
+  // the graph fixes it: 0 (broadcast along it) or 1 (unit stride). nullopt
+  // when some input is strided there (only launch-time strides say).
+  std::optional<std::vector<int>> inner_steps() const {
+    const auto& out_sizes = graph_.type(graph_.outputs().front()).sizes;
+    if (out_sizes.empty()) return std::nullopt;
+    std::vector<int> steps;
+    for (ir::ValueId id : graph_.inputs()) {
+      const ir::TensorType& t = graph_.type(id);
+      if (out_sizes.back() == 1 || t.sizes.empty() || t.sizes.back() == 1) {
+        steps.push_back(0);  // a row of one element, or the input repeats along it
+        continue;
+      }
+      const ir::LayoutClass layout = ir::layout_class(t);
+      if (layout.kind == ir::LayoutKind::kContiguous) {
+        steps.push_back(1);
+      } else if (layout.kind == ir::LayoutKind::kBroadcast) {
+        const bool expanded = (layout.broadcast_mask >> (t.sizes.size() - 1)) & 1;
+        steps.push_back(expanded ? 0 : 1);
+      } else {
+        return std::nullopt;
+      }
+    }
+    return steps;
+  }
+
+  // Rows of the innermost dim with constant offset steps (0 or 1): the inner
+  // loop vectorises (broadcast operands are loop-invariant loads). Outer dims
+  // advance by an odometer once per row. Taken when every output has unit
+  // stride along the row (checked at launch: out= views may not).
+  void emit_rows_loop(std::ostringstream& s, int rank, int num_outputs, const std::vector<int>& steps) const {
+    const int num_tensors = num_outputs + static_cast<int>(steps.size());
+    auto step = [&](int t) { return t < num_outputs ? 1 : steps[static_cast<std::size_t>(t - num_outputs)]; };
+    s << "  if (c.unit_rows) {\n"
+      << "    const int64_t n = c.sizes[" << rank - 1 << "];\n"
+      << "    int64_t idx[VTPU_MAX_RANK];\n"
+      << "    int64_t rest = begin / n, col = begin % n;\n"
+      << "    for (int d = " << rank - 2 << "; d >= 0; --d) { idx[d] = rest % c.sizes[d]; rest /= c.sizes[d]; }\n";
+    for (int t = 0; t < num_tensors; ++t) {
+      s << "    int64_t b" << t << " = 0;\n"
+        << "    for (int d = 0; d < " << rank - 1 << "; ++d) b" << t << " += idx[d] * c.strides[" << t << "][d];\n";
+    }
+    s << "    for (int64_t i = begin; i < end;) {\n"
+      << "      const int64_t stop = std::min<int64_t>(n, col + (end - i));\n"
+      << "      #pragma GCC ivdep\n"
+      << "      for (int64_t j = col; j < stop; ++j) element(c";
+    for (int t = 0; t < num_tensors; ++t) s << ", b" << t << (step(t) == 1 ? " + j" : "");
+    s << ");\n"
+      << "      i += stop - col;\n      col = 0;\n"
+      << "      for (int d = " << rank - 2 << "; d >= 0; --d) {\n        if (++idx[d] < c.sizes[d]) {\n";
+    for (int t = 0; t < num_tensors; ++t) s << "          b" << t << " += c.strides[" << t << "][d];\n";
+    s << "          break;\n        }\n        idx[d] = 0;\n";
+    for (int t = 0; t < num_tensors; ++t) s << "        b" << t << " -= (c.sizes[d] - 1) * c.strides[" << t << "][d];\n";
+    s << "      }\n    }\n    return;\n  }\n";
   }
 
   // Elements per parallel chunk: about the same work per chunk whatever the

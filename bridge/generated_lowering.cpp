@@ -7,6 +7,7 @@
 #include <functional>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -285,22 +286,44 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
 
 }  // namespace
 
-bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& schema = op.schema();
+// The lowering of an operator, found by name once and then by the schema's
+// address (stable for the process): building the name per call was a
+// measurable share of a small op's dispatch.
+struct FoundLowering {
+  const CustomLowering* custom = nullptr;
+  const Lowering* table = nullptr;
+};
+
+FoundLowering find_lowering(const c10::OperatorHandle& op) {
+  static std::mutex mutex;
+  static std::unordered_map<const c10::FunctionSchema*, FoundLowering> found;
+  const c10::FunctionSchema* schema = &op.schema();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = found.find(schema); it != found.end()) return it->second;
   const auto& name = op.operator_name();
   const std::string key = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+  FoundLowering f;
+  if (auto custom = custom_lowerings().find(key); custom != custom_lowerings().end()) f.custom = &custom->second;
+  else if (auto entry = table().find(key); entry != table().end()) f.table = &entry->second;
+  found.emplace(schema, f);
+  return f;
+}
+
+bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
   const std::size_t num_args = schema.arguments().size();
-  if (const auto custom = custom_lowerings().find(key); custom != custom_lowerings().end()) {
+  const FoundLowering lowering_of_op = find_lowering(op);
+  if (lowering_of_op.custom != nullptr) {
+    const auto* custom = lowering_of_op.custom;
     const Args args(stack->data() + (stack->size() - num_args), num_args);
-    std::vector<at::Tensor> results = custom->second(args);
+    std::vector<at::Tensor> results = (*custom)(args);
     if (results.empty()) return false;
     stack->erase(stack->end() - static_cast<std::ptrdiff_t>(num_args), stack->end());
     for (at::Tensor& result : results) stack->emplace_back(std::move(result));
     return true;
   }
-  const auto found = table().find(key);
-  if (found == table().end()) return false;
-  const Lowering& lowering = found->second;
+  if (lowering_of_op.table == nullptr) return false;
+  const Lowering& lowering = *lowering_of_op.table;
   const Args args(stack->data() + (stack->size() - num_args), num_args);
   std::vector<at::Tensor> operands;
   for (int position : lowering.operands) {

@@ -308,10 +308,10 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   const auto& schema = op.schema();
   const std::size_t num_args = schema.arguments().size();
   const std::size_t first = stack->size() - num_args;
-  const std::string name = op_name(op);
   check_devices(schema, *stack, first);
   // Generated kernels first; they count themselves.
   if (generated_kernels_enabled() && try_generated_lowering(op, stack)) return;
+  const std::string name = op_name(op);
   context.metrics().count_op();
   context.metrics().count_host_fallback(name);
   if (!returns_only_tensors(schema)) return run_synchronously(op, stack, "host_value_op");

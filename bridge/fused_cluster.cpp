@@ -1,0 +1,286 @@
+#include "fused_cluster.h"
+
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "device_context.h"
+#include "fused_compiler.h"
+#include "generated_kernels.h"
+#include "vtpu/compiler/kernel_provider.h"
+#include "vtpu/ir/graph.h"
+#include "vtpu/runtime/error.h"
+
+namespace vtpu::bridge::fused {
+namespace {
+
+void launch_unfused(std::vector<WindowOp>& ops, const Cluster& cluster, FusionStats& stats) {
+  DeviceContext& context = DeviceContext::get();
+  for (std::size_t i : cluster.ops) {
+    WindowOp& op = ops[i];
+    context.metrics().count_kernel();
+    context.enqueue_task([fn = op.single_op_fn, kind = op.op, rank = op.single_op_rank,
+                          tensors = std::move(op.single_op_tensors), scalars = std::move(op.single_op_scalars)] {
+      run_generated_kernel(fn, kind, rank, tensors, scalars);
+    }, std::string(ir::name(op.op)));
+  }
+  count_generated_launches(cluster.ops.size());
+  stats.unfused_ops += cluster.ops.size();
+}
+
+bool contiguous_in(const compiler::VtpuTensorArg& arg, const std::vector<std::int64_t>& sizes) {
+  std::int64_t expected = 1;
+  for (std::size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] != 1 && arg.strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// How each operand of a cluster's ops is bound: a Constant, a value an
+// earlier op of the cluster wrote (forwarded in a register), or a load of
+// one of the kernel's inputs.
+struct Binding {
+  enum Kind { kConstant, kWritten, kLoaded } kind;
+  std::size_t index;  // op position in the cluster (kWritten) or input slot (kLoaded)
+};
+
+void append_attr_value(std::string& out, const ir::AttrValue& v) {
+  std::visit(
+      [&](const auto& x) {
+        using X = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<X, std::string>) {
+          out += x;
+        } else if constexpr (std::is_same_v<X, std::vector<std::int64_t>>) {
+          for (std::int64_t i : x) out += std::to_string(i) + ",";
+        } else if constexpr (std::is_same_v<X, ir::DType>) {
+          out += ir::name(x);
+        } else {
+          out += std::to_string(x);
+        }
+      },
+      v);
+}
+
+// What a strided kernel specialises on for one tensor (the IR's generic key:
+// contiguous, broadcast with a stride-0 mask, or strided), so a pattern
+// serves every shape of its kind, as strict mode's kernels do.
+std::string layout_word(const compiler::VtpuTensorArg& arg, const std::vector<std::int64_t>& sizes) {
+  std::uint64_t broadcast = 0;
+  std::int64_t expected = 1;
+  bool contiguous = true, row_major = true;
+  for (std::size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] == 1) continue;
+    if (arg.strides[d] != expected) contiguous = false;
+    if (arg.strides[d] == 0) {
+      broadcast |= std::uint64_t{1} << d;
+      continue;
+    }
+    if (arg.strides[d] != expected) row_major = false;
+    expected *= sizes[d];
+  }
+  if (contiguous) return "c";
+  return row_major ? "b" + std::to_string(broadcast) : "s";
+}
+
+double scalar_of(const ir::AttrValue& v) {
+  if (const auto* d = std::get_if<double>(&v)) return *d;
+  if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
+  if (const auto* b = std::get_if<bool>(&v)) return *b ? 1.0 : 0.0;
+  return 0;
+}
+
+}  // namespace
+
+void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::size_t index, const UseMap& uses,
+                    FusionStats& stats) {
+  if (cluster.ops.size() == 1) {
+    launch_unfused(ops, cluster, stats);
+    return;
+  }
+  const std::size_t rank = cluster.iter_sizes.size();
+  // Flatten when every tensor is dense in the iteration order: one kernel
+  // then serves every rank.
+  bool flat = rank >= 1;
+  for (std::size_t i : cluster.ops)
+    for (const WindowOperand* o : tensor_operands(ops[i])) flat = flat && contiguous_in(o->arg, cluster.iter_sizes);
+  std::int64_t numel = 1;
+  for (std::int64_t s : cluster.iter_sizes) numel *= s;
+  const std::vector<std::int64_t> sizes = flat ? std::vector<std::int64_t>{numel} : cluster.iter_sizes;
+  auto launch_arg = [&](const WindowOperand& o) {
+    compiler::VtpuTensorArg arg = o.arg;
+    if (flat) {
+      arg.sizes[0] = numel;
+      arg.strides[0] = 1;
+    }
+    return arg;
+  };
+
+  // Pass 1: bind every operand, collect the launch arguments and scalars,
+  // and spell the pattern (everything the kernel depends on) as a string.
+  std::vector<std::vector<Binding>> bindings;
+  std::vector<Geometry> loaded;                                  // input slots
+  std::vector<const WindowOperand*> loaded_operand;
+  std::vector<std::pair<Geometry, std::size_t>> written;         // buffer -> last writer (op position)
+  std::vector<const WindowOperand*> written_operand;
+  std::vector<double> scalars;
+  std::string pattern = !flat ? "strided|" : numel == 1 ? "flat1|" : "flat|";
+  pattern.reserve(64 * cluster.ops.size());
+  bindings.reserve(cluster.ops.size());
+  auto find = [](const auto& list, const Geometry& g, auto key) -> std::ptrdiff_t {
+    for (std::size_t i = 0; i < list.size(); ++i)
+      if (key(list[i]) == g) return static_cast<std::ptrdiff_t>(i);
+    return -1;
+  };
+  auto first = [](const auto& p) -> const Geometry& { return p.first; };
+  auto self = [](const Geometry& g) -> const Geometry& { return g; };
+  for (std::size_t position = 0; position < cluster.ops.size(); ++position) {
+    const WindowOp& op = ops[cluster.ops[position]];
+    std::vector<Binding>& b = bindings.emplace_back();
+    pattern += ir::name(op.op);
+    const char* runtime = ir::runtime_scalar_attribute(op.op);
+    for (const auto& [key, value] : op.attrs.entries()) {
+      if (runtime != nullptr && key == runtime) continue;
+      pattern += ";" + key + "=";
+      append_attr_value(pattern, value);
+    }
+    pattern += "(";
+    for (const WindowOperand& in : op.inputs) {
+      if (!in.is_tensor) {
+        b.push_back({Binding::kConstant, 0});
+        scalars.push_back(scalar_of(in.constant));
+        pattern += "c" + std::to_string(in.constant.index()) + ",";
+        continue;
+      }
+      const Geometry g = geometry_of(in, rank);
+      if (auto w = find(written, g, first); w >= 0) {
+        b.push_back({Binding::kWritten, written[static_cast<std::size_t>(w)].second});
+        pattern += "w" + std::to_string(written[static_cast<std::size_t>(w)].second) + ",";
+      } else if (auto l = find(loaded, g, self); l >= 0) {
+        b.push_back({Binding::kLoaded, static_cast<std::size_t>(l)});
+        pattern += "l" + std::to_string(l) + ",";
+      } else {
+        b.push_back({Binding::kLoaded, loaded.size()});
+        pattern += "l" + std::to_string(loaded.size()) + ":" + std::string(ir::name(in.dtype)) + ",";
+        if (!flat) pattern += layout_word(in.arg, cluster.iter_sizes);
+        loaded.push_back(g);
+        loaded_operand.push_back(&in);
+      }
+    }
+    if (runtime != nullptr && op.attrs.has(runtime)) scalars.push_back(op.attrs.get_double(runtime));
+    pattern += ")->";
+    pattern += ir::name(op.out.dtype);
+    const Geometry g = geometry_of(op.out, rank);
+    if (auto w = find(written, g, first); w >= 0) {
+      written[static_cast<std::size_t>(w)].second = position;
+      written_operand[static_cast<std::size_t>(w)] = &op.out;  // the last writer's storage decides liveness
+    } else {
+      written.emplace_back(g, position);
+      written_operand.push_back(&op.out);
+    }
+    pattern += "|";
+  }
+  // Outputs: every buffer written, except those nobody can read any more
+  // (Python dropped the storage and no other cluster touches the memory).
+  std::vector<compiler::VtpuTensorArg> args;
+  args.reserve(written.size() + loaded.size());
+  std::vector<std::size_t> outputs;  // op positions whose values are stored
+  std::uint64_t dead = 0;
+  for (std::size_t i = 0; i < written.size(); ++i) {
+    const void* storage = written[i].first.storage;
+    bool used_elsewhere = false;
+    for (const Use& use : uses.at(storage)) used_elsewhere = used_elsewhere || use.cluster != index;
+    const bool dead_store = !used_elsewhere && written_operand[i]->weak.expired();
+    if (dead_store) {
+      ++dead;
+      continue;
+    }
+    outputs.push_back(written[i].second);
+    args.push_back(launch_arg(*written_operand[i]));
+    pattern += "o" + std::to_string(written[i].second);
+    if (!flat) pattern += layout_word(written_operand[i]->arg, cluster.iter_sizes);
+  }
+  // The rank and which dims are 1 (they broadcast): as the IR's generic key.
+  if (!flat)
+    for (std::int64_t size : cluster.iter_sizes) pattern += size == 1 ? "#1" : "#n";
+  if (outputs.empty()) {  // every result is dead: nothing to run
+    stats.dead_stores_skipped += dead;
+    return;
+  }
+  for (const WindowOperand* in : loaded_operand) args.push_back(launch_arg(*in));
+
+  BackgroundCompiler& builder = fused_compiler();
+  compiler::VtpuKernelFn fn = nullptr;
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(builder.patterns_mutex);
+    if (auto it = builder.patterns.find(pattern); it != builder.patterns.end()) {
+      fn = it->second.fn;
+      known = true;
+    } else {
+      known = !builder.requested.emplace(pattern, true).second;
+    }
+  }
+  if (!known) {
+    // Pass 2, once per pattern: the IR graph of the bindings.
+    ir::Graph graph;
+    try {
+      std::vector<ir::ValueId> input_ids, value_ids;
+      for (const WindowOperand* in : loaded_operand)
+        input_ids.push_back(graph.add_input(
+            flat ? ir::TensorType{in->dtype, sizes, {1}}
+                 : ir::TensorType{in->dtype, sizes, std::vector<std::int64_t>(in->arg.strides, in->arg.strides + rank)}));
+      for (std::size_t position = 0; position < cluster.ops.size(); ++position) {
+        const WindowOp& op = ops[cluster.ops[position]];
+        std::vector<ir::ValueId> ids;
+        for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+          const Binding& b = bindings[position][k];
+          if (b.kind == Binding::kConstant)
+            ids.push_back(graph.add_node(ir::OpKind::Constant, {}, {{"value", op.inputs[k].constant}}));
+          else
+            ids.push_back(b.kind == Binding::kWritten ? value_ids[b.index] : input_ids[b.index]);
+        }
+        value_ids.push_back(graph.add_node(op.op, ids, op.attrs));
+        if (graph.type(value_ids.back()).dtype != op.out.dtype)
+          throw runtime::Error(runtime::ErrorKind::kInvalidArgument, "[fused] result dtype differs");
+      }
+      for (std::size_t position : outputs) graph.mark_output(value_ids[position]);
+    } catch (const runtime::Error& e) {
+      // The ops keep running on strict's kernels (same results); say so once.
+      static std::once_flag warned;
+      std::call_once(warned, [&] { std::fprintf(stderr, "vtpu: a fused pattern stays unfused: %s\n", e.what()); });
+      std::lock_guard<std::mutex> lock(builder.patterns_mutex);
+      builder.patterns[pattern] = PatternState{nullptr, true};  // stays on strict's kernels
+      graph = ir::Graph();
+    }
+    if (!graph.outputs().empty()) {
+      builder.submit(pattern, std::move(graph));
+      if (fused_compile_in_foreground()) {
+        builder.wait_idle();
+        std::lock_guard<std::mutex> lock(builder.patterns_mutex);
+        fn = builder.patterns[pattern].fn;
+      }
+    }
+  }
+  if (fn == nullptr) {
+    ++stats.pattern_misses;
+    launch_unfused(ops, cluster, stats);
+    return;
+  }
+  ++stats.pattern_hits;
+  ++stats.fused_kernels;
+  ++stats.ops_per_kernel[cluster.ops.size()];
+  stats.dead_stores_skipped += dead;
+  DeviceContext& context = DeviceContext::get();
+  context.metrics().count_kernel();
+  count_generated_launches(1);
+  context.enqueue_task([fn, rank = static_cast<std::int64_t>(sizes.size()), args = std::move(args),
+                        scalars = std::move(scalars)] {
+    run_generated_kernel(fn, ir::OpKind::Add, rank, args, scalars);
+  }, "fused_kernel");
+}
+
+}  // namespace vtpu::bridge::fused

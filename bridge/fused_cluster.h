@@ -1,0 +1,73 @@
+// The pieces of fused mode's window shared by its bookkeeping
+// (fused_window.cpp) and its kernel launches (fused_cluster.cpp): where an
+// operand lives, which clusters use which allocation, and what a cluster is.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "fused_window.h"
+#include "vtpu/compiler/host_codegen.h"
+
+namespace vtpu::bridge::fused {
+
+// Where an operand lives: same storage, same first element, same strides
+// and dtype over the same iteration space means the same elements.
+struct Geometry {
+  const void* storage = nullptr;  // the allocation's base address
+  const void* data = nullptr;
+  ir::DType dtype = ir::DType::kFloat32;
+  std::size_t rank = 0;
+  std::int64_t strides[compiler::kMaxRank] = {};
+  bool operator==(const Geometry& o) const {
+    return storage == o.storage && data == o.data && dtype == o.dtype && rank == o.rank &&
+           std::equal(strides, strides + rank, o.strides);
+  }
+};
+
+inline Geometry geometry_of(const WindowOperand& o, std::size_t rank) {
+  Geometry g{o.base, o.arg.data, o.dtype, rank, {}};
+  std::copy(o.arg.strides, o.arg.strides + rank, g.strides);
+  return g;
+}
+
+struct Use {
+  std::size_t cluster;
+  Geometry geometry;
+  bool written;
+};
+
+using UseMap = std::unordered_map<const void*, std::vector<Use>>;
+
+struct Cluster {
+  std::vector<std::int64_t> iter_sizes;
+  std::vector<std::size_t> ops;                     // indices into Window::ops, program order
+  std::vector<const void*> storages;    // touched (may repeat)
+};
+
+// The operands of `op` in order: the output, then the tensor inputs. A
+// small fixed array: this runs for every recorded op.
+struct TensorOperands {
+  const WindowOperand* items[8];
+  std::size_t count = 0;
+  const WindowOperand* const* begin() const { return items; }
+  const WindowOperand* const* end() const { return items + count; }
+};
+
+inline TensorOperands tensor_operands(const WindowOp& op) {
+  TensorOperands out;
+  out.items[out.count++] = &op.out;
+  for (const WindowOperand& in : op.inputs)
+    if (in.is_tensor && out.count < 8) out.items[out.count++] = &in;
+  return out;
+}
+
+// Launches cluster `index` of the window `ops` at a flush: one fused kernel
+// when its pattern's kernel is ready, else its ops on strict's single-op
+// kernels (requesting the fused one). `uses` is the window's use map.
+void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::size_t index, const UseMap& uses,
+                    FusionStats& stats);
+
+}  // namespace vtpu::bridge::fused

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernel_test_support.h"
 #include "vtpu/compiler/host_codegen.h"
 #include "vtpu/compiler/kernel_library.h"
 #include "vtpu/compiler/launch_abi.h"
@@ -27,13 +28,16 @@
 namespace vtpu::compiler {
 namespace {
 
+using testing::kGuard;
+using testing::kGuardByte;
+using testing::Output;
+using testing::tensor_arg;
+
 using ir::Attributes;
 using ir::DType;
 using ir::OpKind;
 using ir::TensorType;
 
-constexpr std::size_t kGuard = 64;
-constexpr std::uint8_t kGuardByte = 0xA5;
 
 TensorType dense(DType dtype, std::vector<std::int64_t> sizes) { return TensorType::contiguous(dtype, std::move(sizes)); }
 
@@ -78,29 +82,6 @@ struct Case {
   std::int64_t classes;
 };
 
-struct Output {
-  TensorType type;
-  std::vector<std::uint8_t> storage;
-  std::uint8_t* data() { return storage.data() + kGuard; }
-  bool guards_intact() const {
-    for (std::size_t i = 0; i < kGuard; ++i)
-      if (storage[i] != kGuardByte || storage[storage.size() - 1 - i] != kGuardByte) return false;
-    return true;
-  }
-  std::vector<std::uint8_t> bytes() const {
-    return {storage.begin() + kGuard, storage.end() - static_cast<std::ptrdiff_t>(kGuard)};
-  }
-};
-
-VtpuTensorArg tensor_arg(void* data, const TensorType& t) {
-  VtpuTensorArg arg{};
-  arg.data = data;
-  for (std::size_t d = 0; d < t.sizes.size(); ++d) {
-    arg.sizes[d] = t.sizes[d];
-    arg.strides[d] = t.strides[d];
-  }
-  return arg;
-}
 
 int split_launches = 0;
 

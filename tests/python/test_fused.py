@@ -353,3 +353,56 @@ def test_decoding_compiles_nothing_after_the_fourth_token():
             strict_tokens.append(next_id.item())
             logits, cache = model(next_id, past_key_values=cache, use_cache=True)
     assert tokens == strict_tokens
+
+
+# OpInfo samples of elementwise ops in the compiled set, each chained with
+# two more elementwise ops so that fusion happens: fused (after the pattern's
+# kernel is built) must give strict's bits.
+_FUSED_OPINFO_NAMES = {
+    "exp", "log", "neg", "abs", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid", "erf",
+    "floor", "ceil", "trunc", "exp2", "log2", "log1p", "expm1", "sign", "nn.functional.relu",
+    "nn.functional.gelu", "nn.functional.silu", "add", "sub", "mul", "div", "true_divide", "maximum",
+    "minimum", "pow", "atan2", "eq", "ne", "lt", "le", "gt", "ge", "where", "clamp", "lerp", "addcmul",
+    "addcdiv", "masked_fill", "square", "logical_not", "logical_and", "logical_or",
+}
+
+
+def _fused_opinfo_cases():
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return [op for op in op_db if op.name in _FUSED_OPINFO_NAMES and op.variant_test_name == ""
+            and torch.float32 in op.supported_dtypes("cpu")]
+
+
+def _to_vtpu(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("vtpu")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_vtpu(v) for v in value)
+    return value
+
+
+@pytest.mark.parametrize("op", _fused_opinfo_cases(), ids=lambda op: op.name)
+def test_opinfo_samples_fused_equal_strict_bitwise(op):
+    samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))[:4]
+    checked = 0
+    for sample in samples:
+        args = _to_vtpu([sample.input, *sample.args])
+        kwargs = {k: _to_vtpu(v) for k, v in sample.kwargs.items()}
+
+        def program():
+            out = op(*args, **kwargs)
+            if not isinstance(out, torch.Tensor):
+                return out
+            return out * 1.5 + 0.25 if out.is_floating_point() else out.logical_not()
+
+        try:
+            strict = _in_strict(program)
+        except Exception:
+            continue  # a sample ATen refuses (same in both modes): nothing to compare
+        if not isinstance(strict, torch.Tensor):
+            continue
+        fused, _ = _steady_metrics(program)
+        torch.testing.assert_close(fused.cpu(), strict.cpu(), rtol=0, atol=0, equal_nan=True)
+        checked += 1
+    assert checked > 0, f"{op.name}: no sample could be compared"

@@ -1,5 +1,6 @@
 #include "fused_cluster.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -17,7 +18,11 @@
 namespace vtpu::bridge::fused {
 namespace {
 
-void launch_unfused(std::vector<WindowOp>& ops, const Cluster& cluster, FusionStats& stats) {
+// A fused launch over more elements than this runs alone, parallel inside.
+constexpr std::int64_t kBatchedElementLimit = std::int64_t{1} << 20;
+
+void launch_unfused(std::vector<WindowOp>& ops, const Cluster& cluster, FusionStats& stats, LaunchBatch& batch) {
+  batch.enqueue();
   DeviceContext& context = DeviceContext::get();
   for (std::size_t i : cluster.ops) {
     WindowOp& op = ops[i];
@@ -96,9 +101,9 @@ double scalar_of(const ir::AttrValue& v) {
 }  // namespace
 
 void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::size_t index, const UseMap& uses,
-                    FusionStats& stats) {
+                    FusionStats& stats, LaunchBatch& batch) {
   if (cluster.ops.size() == 1) {
-    launch_unfused(ops, cluster, stats);
+    launch_unfused(ops, cluster, stats, batch);
     return;
   }
   const std::size_t rank = cluster.iter_sizes.size();
@@ -267,20 +272,54 @@ void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::siz
   }
   if (fn == nullptr) {
     ++stats.pattern_misses;
-    launch_unfused(ops, cluster, stats);
+    launch_unfused(ops, cluster, stats, batch);
     return;
   }
   ++stats.pattern_hits;
   ++stats.fused_kernels;
   ++stats.ops_per_kernel[cluster.ops.size()];
   stats.dead_stores_skipped += dead;
-  DeviceContext& context = DeviceContext::get();
-  context.metrics().count_kernel();
+  DeviceContext::get().metrics().count_kernel();
   count_generated_launches(1);
-  context.enqueue_task([fn, rank = static_cast<std::int64_t>(sizes.size()), args = std::move(args),
-                        scalars = std::move(scalars)] {
-    run_generated_kernel(fn, ir::OpKind::Add, rank, args, scalars);
-  }, "fused_kernel");
+  std::vector<const void*> reads, writes;
+  for (const Geometry& g : loaded) reads.push_back(g.storage);
+  for (const auto& [g, position] : written) writes.push_back(g.storage);
+  batch.add(KernelLaunch{fn, static_cast<std::int64_t>(sizes.size()), std::move(args), std::move(scalars)}, numel,
+            std::move(reads), std::move(writes));
+}
+
+void LaunchBatch::add(KernelLaunch launch, std::int64_t elements, std::vector<const void*> reads,
+                      std::vector<const void*> writes) {
+  auto meets = [](const std::vector<const void*>& a, const std::vector<const void*>& b) {
+    for (const void* x : a)
+      if (std::find(b.begin(), b.end(), x) != b.end()) return true;
+    return false;
+  };
+  if (meets(writes, reads_) || meets(writes, writes_) || meets(reads, writes_)) enqueue();
+  reads_.insert(reads_.end(), reads.begin(), reads.end());
+  writes_.insert(writes_.end(), writes.begin(), writes.end());
+  if (elements > kBatchedElementLimit) {
+    enqueue();
+    launches_.push_back(std::move(launch));
+    enqueue();  // alone: its own parallel_for splits it
+    return;
+  }
+  launches_.push_back(std::move(launch));
+}
+
+void LaunchBatch::enqueue() {
+  if (launches_.empty()) return;
+  DeviceContext& context = DeviceContext::get();
+  if (launches_.size() == 1) {
+    context.enqueue_task([launch = std::move(launches_.front())] {
+      run_generated_kernel(launch.fn, ir::OpKind::Add, launch.rank, launch.tensors, launch.scalars);
+    }, "fused_kernel");
+  } else {
+    context.enqueue_task([launches = std::move(launches_)] { run_generated_kernels_batch(launches); }, "fused_kernel");
+  }
+  launches_.clear();
+  reads_.clear();
+  writes_.clear();
 }
 
 }  // namespace vtpu::bridge::fused

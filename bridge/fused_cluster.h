@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fused_window.h"
+#include "generated_kernels.h"
 #include "vtpu/compiler/host_codegen.h"
 
 namespace vtpu::bridge::fused {
@@ -64,10 +65,30 @@ inline TensorOperands tensor_operands(const WindowOp& op) {
   return out;
 }
 
+// Fused launches of one flush, queued as one stream task when there are
+// several small ones in a row (a foreach optimizer step: one per parameter),
+// so they share one parallel region. Anything else launched in between
+// enqueues the batch first, which keeps the program order.
+// Launches in one batch run concurrently, so a launch that touches memory
+// another one in the batch writes (or writes memory it touches) starts a
+// new batch.
+class LaunchBatch {
+ public:
+  // `reads` and `writes`: the allocations (base addresses) the launch uses.
+  void add(KernelLaunch launch, std::int64_t elements, std::vector<const void*> reads,
+           std::vector<const void*> writes);
+  void enqueue();  // queues what was added (one task), then starts afresh
+  ~LaunchBatch() { enqueue(); }
+
+ private:
+  std::vector<KernelLaunch> launches_;
+  std::vector<const void*> reads_, writes_;
+};
+
 // Launches cluster `index` of the window `ops` at a flush: one fused kernel
 // when its pattern's kernel is ready, else its ops on strict's single-op
 // kernels (requesting the fused one). `uses` is the window's use map.
 void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::size_t index, const UseMap& uses,
-                    FusionStats& stats);
+                    FusionStats& stats, LaunchBatch& batch);
 
 }  // namespace vtpu::bridge::fused

@@ -195,8 +195,11 @@ void Window::flush(const char* reason, bool count) {
 }
 
 void Window::flush_locked(std::vector<WindowOp>& released) {
-  for (std::size_t k = 0; k < clusters_.size(); ++k)
-    if (!clusters_[k].ops.empty()) fused::launch_cluster(ops_, clusters_[k], k, uses_, stats_);
+  {
+    fused::LaunchBatch batch;  // queued, at the latest, when it goes out of scope
+    for (std::size_t k = 0; k < clusters_.size(); ++k)
+      if (!clusters_[k].ops.empty()) fused::launch_cluster(ops_, clusters_[k], k, uses_, stats_, batch);
+  }
   released = std::move(ops_);
   ops_.clear();
   clusters_.clear();

@@ -204,6 +204,20 @@ compiler::KernelProvider* generated_kernel_provider() { return provider(); }
 
 void count_generated_launches(std::uint64_t n) { g_launches += n; }
 
+void run_generated_kernels_batch(const std::vector<KernelLaunch>& launches) {
+  at::parallel_for(0, static_cast<std::int64_t>(launches.size()), 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const KernelLaunch& k = launches[static_cast<std::size_t>(i)];
+      compiler::VtpuKernelStatus status{};
+      compiler::VtpuLaunchArgs launch{compiler::kLaunchAbiVersion, static_cast<std::int32_t>(k.rank),
+                                      static_cast<std::int32_t>(k.tensors.size()),
+                                      const_cast<compiler::VtpuTensorArg*>(k.tensors.data()), k.scalars.data(),
+                                      nullptr, nullptr, &status};
+      k.fn(&launch);
+    }
+  });
+}
+
 void run_generated_kernel(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t rank,
                           const std::vector<compiler::VtpuTensorArg>& tensors, const std::vector<double>& scalars) {
   compiler::VtpuKernelStatus status{};

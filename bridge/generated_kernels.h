@@ -55,6 +55,18 @@ compiler::KernelProvider* generated_kernel_provider();
 // by the kernel raises ATen's error for it.
 void run_generated_kernel(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t rank,
                           const std::vector<compiler::VtpuTensorArg>& tensors, const std::vector<double>& scalars);
+// One launch of a generated elementwise kernel (no index checks).
+struct KernelLaunch {
+  compiler::VtpuKernelFn fn = nullptr;
+  std::int64_t rank = 0;
+  std::vector<compiler::VtpuTensorArg> tensors;
+  std::vector<double> scalars;
+};
+// Runs several independent elementwise launches in one parallel region,
+// whole launches per thread (each serial inside): one fork/join instead of
+// one per launch. Per-element results do not depend on the split.
+void run_generated_kernels_batch(const std::vector<KernelLaunch>& launches);
+
 // Adds launches made outside this file (fused mode's) to the generated count.
 void count_generated_launches(std::uint64_t n);
 

@@ -159,7 +159,7 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
 }
 
 void Window::record(WindowOp op) {
-  std::vector<WindowOp> released;  // storages die outside the lock
+  std::vector<WindowOp> released;  // flushed ops (their weak references) are dropped outside the lock
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (ops_.size() >= kMaxWindowOps) {

@@ -565,14 +565,19 @@ def print_decode(tokens_per_s: Dict[str, float], compiles: Optional[Dict[str, ob
 # ---- main -----------------------------------------------------------------------
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=7, help="interleaved repeats (default 7)")
+def add_common_arguments(parser: argparse.ArgumentParser, repeats: int, extra_section: str) -> None:
+    """The options this benchmark shares with benchmarks/compiled.py."""
+    parser.add_argument("--repeats", type=int, default=repeats, help=f"interleaved repeats (default {repeats})")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per mode and repeat (default 3)")
     parser.add_argument("--warmup", type=int, default=3, help="warm-up steps per mode (default 3)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and 1 repeat: a smoke test")
-    parser.add_argument("--only", nargs="*", help="run only these workloads (and 'decode')")
+    parser.add_argument("--only", nargs="*", help=f"run only these workloads (and '{extra_section}')")
     parser.add_argument("--json", metavar="PATH", help="also write all results to PATH")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser, repeats=7, extra_section="decode")
     parser.add_argument("--_decode-compiles", dest="decode_compiles", action="store_true",
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

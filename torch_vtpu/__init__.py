@@ -16,6 +16,7 @@ import atexit  # noqa: E402
 import torch  # noqa: E402
 
 import os  # noqa: E402
+import sys  # noqa: E402
 
 from . import _C  # registers kernels, allocator, guard and hooks for PrivateUse1
 from ._modes import flush, get_mode, mode, set_mode
@@ -82,3 +83,8 @@ _set_library_paths()
 atexit.register(_shutdown)
 _modes._apply_env_mode()
 debug._sync_checker()
+# backend="vtpu" for torch.compile. Dynamo costs seconds to import, so it is not
+# imported here: if it is not loaded yet, torch.compile finds the backend through
+# the torch_dynamo_backends entry point (torch_vtpu.compiler registers it then).
+if "torch._dynamo" in sys.modules:
+    from . import compiler  # noqa: F401,E402

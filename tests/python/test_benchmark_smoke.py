@@ -1,6 +1,7 @@
-"""The fused-eager benchmark runs end to end at its quick sizes (so it does not
-rot), and what it checks besides time holds there: fused results bitwise equal
-to strict, fused peak memory not above strict. Times at these sizes mean
+"""The fused-eager and compiled benchmarks run end to end at their quick sizes
+(so they do not rot), and what they check besides time holds there: fused
+results bitwise equal to strict, fused peak memory not above strict, compiled
+losses close to CPU eager. Times at these sizes mean
 nothing and are not asserted (speed is measured by the benchmark itself)."""
 import os
 import subprocess
@@ -22,3 +23,19 @@ def test_fused_eager_benchmark_quick_run():
     memory = [line for line in lines if line.strip().startswith("peak memory fused > strict")]
     assert bitwise and bitwise[0].split()[-1] == "yes", out.stdout[-2000:]
     assert memory and memory[0].split("strict", 1)[1].split()[0] == "none", out.stdout[-2000:]
+
+
+def test_compiled_benchmark_quick_run():
+    """benchmarks/compiled.py at quick sizes on one model: it runs (Inductor,
+    compiled vtpu and fused side by side), compiled losses track CPU eager, and
+    the timed compiled steps compile nothing."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "compiled.py"), "--quick", "--only", "mlp_gelu_ln"],
+        env=dict(os.environ), capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("mlp_gelu_ln")]
+    assert rows, out.stdout[-2000:]
+    row = rows[0]
+    # values: workload, 4 times, 3 ratios, kern/step, peak MB, cmp, parity, shares
+    assert row[10] == "0", out.stdout[-2000:]
+    assert float(row[11]) < 1e-5, out.stdout[-2000:]

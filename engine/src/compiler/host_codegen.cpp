@@ -108,8 +108,19 @@ template <typename T> static inline T vtpu_remainder(T a, T b) {
 template <typename T> static inline T vtpu_fmod(T a, T b) { if constexpr (std::is_floating_point_v<T>) return std::fmod(a, b); else return a % b; }
 // Integer powers are exact (squaring, wrapping like torch); negative exponents
 // give 0 except for bases 1 and -1, as in ATen's integer pow.
+// Floating powers take ATen's CPU shortcuts for the common exponents (x*x for
+// 2, sqrt for 0.5, ...): the same bits as ATen, and several times faster than
+// std::pow; the exponent is loop-invariant, so the compiler unswitches the loop.
 template <typename T> static inline T vtpu_pow(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) { return std::pow(a, b); }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (b == T(2)) return a * a;
+    if (b == T(0.5)) return std::sqrt(a);
+    if (b == T(3)) return a * a * a;
+    if (b == T(-0.5)) return T(1) / std::sqrt(a);
+    if (b == T(-1)) return T(1) / a;
+    if (b == T(-2)) return T(1) / (a * a);
+    return std::pow(a, b);
+  }
   else {
     if (b < 0) { if (a == 1) return 1; if (a == -1) return ((-b) % 2) ? T(-1) : T(1); return 0; }
     using U = std::make_unsigned_t<T>;

@@ -1,0 +1,78 @@
+"""The vtpu backend of torch.compile: ``torch.compile(model, backend="vtpu")``.
+
+Dynamo captures FX graphs; AOTAutograd turns each into a forward and a backward
+graph of core ATen ops (decompositions.py); each graph is scheduled
+(schedule.py), generated as one Python program bound to the dispatcher
+(codegen.py) and run in fused execution (program.py): its elementwise ops are
+fused into few generated kernels, matrix work runs on the extern kernels, and
+ops outside the compiled set on the host-kernel path. Kernels come from the
+compile cache eager mode uses, so a warm process compiles nothing.
+
+Options (``options={...}``): see options.CompileOptions."""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, List, Mapping, Optional, Sequence
+
+import torch
+import torch.fx as fx
+
+from .decompositions import vtpu_decompositions
+from .options import CompileOptions
+from .program import CompiledGraph, counters
+
+__all__ = ["vtpu_backend", "CompileOptions", "counters"]
+
+# torch.compile's modes tune Inductor; for this backend they are all the same
+# program (CUDA graphs and autotuning have no vtpu meaning).
+_TORCH_COMPILE_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _graph_compiler(kind: str, options: CompileOptions) -> Callable:
+    def compile_graph(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> CompiledGraph:
+        return CompiledGraph(gm, kind, options)
+
+    return compile_graph
+
+
+def vtpu_backend(gm: fx.GraphModule, example_inputs: List[Any], options: Optional[Mapping[str, Any]] = None,
+                 mode: Optional[str] = None) -> Callable:
+    """The Dynamo backend: compiles one captured graph (and its backward)."""
+    if mode not in _TORCH_COMPILE_MODES:
+        raise ValueError(f"unknown torch.compile mode {mode!r} for the vtpu backend: expected one of "
+                         f"{', '.join(str(m) for m in _TORCH_COMPILE_MODES[1:])}")
+    parsed = CompileOptions.parse(options)
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import default_partition
+
+    aot = aot_autograd(
+        fw_compiler=_graph_compiler("forward", parsed),
+        bw_compiler=_graph_compiler("backward", parsed),
+        inference_compiler=_graph_compiler("inference", parsed),
+        decompositions=vtpu_decompositions(),
+        # Saves the forward values the backward reads (no recomputation): the
+        # min-cut partitioner would recompute elementwise work and needs networkx.
+        partition_fn=default_partition,
+        keep_inference_input_mutations=True,
+    )
+    return aot(gm, example_inputs)
+
+
+def register() -> None:
+    """Make backend="vtpu" known to Dynamo (idempotent). torch.compile finds it
+    through the ``torch_dynamo_backends`` entry point even when torch_vtpu was
+    not imported; this covers a source tree without installed metadata."""
+    from torch._dynamo.backends import registry
+
+    from . import device_interface
+
+    device_interface.register()
+    if "vtpu" in registry._COMPILER_FNS:
+        return
+    pending = registry._BACKENDS.get("vtpu")
+    if pending is not None:
+        return  # the entry point is known and loading it registers this function
+    registry.register_backend(compiler_fn=vtpu_backend, name="vtpu")
+
+
+register()

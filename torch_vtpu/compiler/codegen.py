@@ -1,0 +1,120 @@
+"""Python code of a compiled graph: one straight-line function over the
+scheduled nodes, with each ATen op bound to its dispatcher entry (no FX
+interpreter, no OpOverload wrapper frame per op) and, under memory planning,
+every value released right after its last use so its device block is reused
+by the next allocation (and, in a fused window, not stored at all when nothing
+reads it after the flush)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Sequence
+
+import torch
+import torch.fx as fx
+
+
+@dataclass
+class Program:
+    source: str
+    fn: Callable[[List[Any]], Any]
+
+
+class _Emitter:
+    def __init__(self) -> None:
+        self.globals: Dict[str, Any] = {"__builtins__": __builtins__}
+        self._by_id: Dict[int, str] = {}
+
+    def bind(self, value: Any, hint: str) -> str:
+        key = id(value)
+        if key in self._by_id:
+            return self._by_id[key]
+        name = f"_{hint}_{len(self._by_id)}"
+        self._by_id[key] = name
+        self.globals[name] = value
+        return name
+
+    def callee(self, target: Any) -> str:
+        if isinstance(target, torch._ops.OpOverload):
+            # The C++ entry of the overload: OpOverload.__call__ only forwards to it.
+            return self.bind(target._op, _identifier(str(target.name()).split("::")[-1]))
+        return self.bind(target, _identifier(getattr(target, "__name__", "fn")))
+
+    def expr(self, arg: Any, names: Dict[fx.Node, str]) -> str:
+        if isinstance(arg, fx.Node):
+            return names[arg]
+        if isinstance(arg, (list, tuple)):
+            items = ", ".join(self.expr(a, names) for a in arg)
+            return f"[{items}]" if isinstance(arg, list) else f"({items}{',' if len(arg) == 1 else ''})"
+        if isinstance(arg, dict):
+            return "{" + ", ".join(f"{k!r}: {self.expr(v, names)}" for k, v in arg.items()) + "}"
+        if arg is None or isinstance(arg, (bool, str)):
+            return repr(arg)
+        if isinstance(arg, int):
+            return repr(arg)
+        if isinstance(arg, float):
+            return repr(arg) if math.isfinite(arg) else self.bind(arg, "float")
+        return self.bind(arg, type(arg).__name__.lower())
+
+
+def _identifier(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text)
+
+
+def generate(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: bool) -> Program:
+    emit = _Emitter()
+    names: Dict[fx.Node, str] = {}
+    position = {n: i for i, n in enumerate(order)}
+    output = order[-1]
+    assert output.op == "output"
+    returned = set(output.all_input_nodes)
+    last_use: Dict[fx.Node, int] = {}
+    for n in order:
+        for d in n.all_input_nodes:
+            last_use[d] = max(last_use.get(d, -1), position[n])
+    release_after: Dict[int, List[fx.Node]] = {}
+    if memory_planning:
+        for value, at in last_use.items():
+            if value not in returned:
+                release_after.setdefault(at, []).append(value)
+
+    placeholders = [n for n in order if n.op == "placeholder"]
+    lines = ["def program(args):"]
+    for i, n in enumerate(placeholders):
+        names[n] = f"v{i}_{_identifier(n.name)}"
+    if placeholders:
+        lines.append("    " + ", ".join(names[n] for n in placeholders) + (", = args" if len(placeholders) == 1 else " = args"))
+    # The caller's list held the inputs; the graph owns them now (boxed convention).
+    lines.append("    args.clear()")
+    for n in placeholders:
+        if n not in last_use and n not in returned and memory_planning:
+            lines.append(f"    del {names[n]}")
+    for n in order:
+        if n.op in ("placeholder", "output"):
+            continue
+        name = f"v{position[n]}_{_identifier(n.name)}"
+        names[n] = name
+        if n.op == "get_attr":
+            value = gm
+            for part in n.target.split("."):
+                value = getattr(value, part)
+            lines.append(f"    {name} = {emit.bind(value, 'const')}")
+        elif n.op == "call_function":
+            call_args = ", ".join([emit.expr(a, names) for a in n.args] +
+                                  [f"{k}={emit.expr(v, names)}" for k, v in n.kwargs.items()])
+            lines.append(f"    {name} = {emit.callee(n.target)}({call_args})")
+        else:
+            raise NotImplementedError(f"vtpu compiler: FX node kind {n.op!r} ({n.format_node()})")
+        if n not in last_use and n not in returned and memory_planning:
+            lines.append(f"    del {name}")
+        for dead in release_after.get(position[n], ()):
+            lines.append(f"    del {names[dead]}")
+    lines.append(f"    return {emit.expr(output.args[0], names)}")
+    source = "\n".join(lines) + "\n"
+    scope = dict(emit.globals)
+    exec(compile(source, f"<vtpu graph {id(gm):x}>", "exec"), scope)
+    return Program(source=source, fn=scope["program"])
+
+
+def has_only_functions(gm: fx.GraphModule) -> bool:
+    return all(n.op in ("placeholder", "get_attr", "call_function", "output") for n in gm.graph.nodes)

@@ -176,7 +176,19 @@ void Window::record(WindowOp op) {
     if (!joins) clusters_.push_back(Cluster{op.iter_sizes, {}, {}});
     clusters_[k].ops.push_back(ops_.size());
     for (std::size_t i = 0; i < geometries.size(); ++i) {
-      uses_[geometries[i].storage].push_back(Use{k, geometries[i], i == 0});
+      // One use per (cluster, geometry), written if any op of the cluster
+      // writes it: contact() and the flush only ask whether such a use
+      // exists and whether it is a write, so repeats add nothing, and
+      // without them a buffer read by every op (a shared bias, a reused
+      // block) would make each record scan the whole window.
+      std::vector<Use>& list = uses_[geometries[i].storage];
+      auto same = std::find_if(list.rbegin(), list.rend(),
+                               [&](const Use& u) { return u.cluster == k && u.geometry == geometries[i]; });
+      if (same != list.rend()) {
+        same->written = same->written || i == 0;
+        continue;
+      }
+      list.push_back(Use{k, geometries[i], i == 0});
       clusters_[k].storages.push_back(geometries[i].storage);
     }
     ops_.push_back(std::move(op));

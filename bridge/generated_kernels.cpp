@@ -256,6 +256,15 @@ bool is_python_scalar(const at::Tensor& t) {
   return t.device().is_cpu() && t.dim() == 0 && t.unsafeGetTensorImpl()->is_wrapped_number();
 }
 
+// Any 0-dim CPU tensor: ATen's elementwise kernels read it once as a scalar
+// (wrapped or not), and CPU tensors are computed when their op returns, so
+// its value at dispatch is the value the op sees. Compiled optimizer steps
+// pass bias corrections this way (torch.optim keeps `step` on the CPU).
+// Type promotion can differ from a wrapped number's (a 0-dim float64 tensor
+// beside an int tensor gives float64); resolve_kernel() then refuses the
+// kernel, as the IR's dtype differs from the output ATen allocated.
+bool is_host_scalar(const at::Tensor& t) { return t.device().is_cpu() && t.dim() == 0; }
+
 // A Python scalar as a Constant node (same promotion rules as a wrapped
 // number); its value is passed at launch, so the kernel serves every value.
 ir::ValueId add_python_scalar(ir::Graph& graph, const at::Tensor& t) {
@@ -360,7 +369,7 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
   bool flat = ir::is_elementwise(op) && out.dim() >= 1 && out.is_contiguous();
   for (const at::Tensor& t : inputs) {
     if (t.device().type() == kVtpu) flat = flat && t.is_contiguous() && t.sizes() == out.sizes();
-    else if (!is_python_scalar(t)) return false;
+    else if (!is_host_scalar(t)) return false;
   }
   std::optional<std::string> memo_key;
   if (flat) {
@@ -397,7 +406,7 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
       ids.push_back(graph.add_input(flat ? ir::TensorType{*dtype, iter_sizes, {1}}
                                          : ir::TensorType{*dtype, t.sizes().vec(), t.strides().vec()}));
       device_inputs.push_back(t);
-    } else if (is_python_scalar(t)) {
+    } else if (is_host_scalar(t)) {
       ids.push_back(add_python_scalar(graph, t));
     } else {
       return false;

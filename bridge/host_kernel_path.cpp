@@ -78,6 +78,27 @@ c10::IValue replace_device(const c10::IValue& value, c10::DeviceType to) {
   return value;
 }
 
+// convolution_backward's `bias_sizes` (SymInt[]?) reaches a boxed kernel as
+// None, whether the op comes from autograd or from Python, and its meta
+// kernel needs it to shape grad_bias: without this every call would fail the
+// meta step and run synchronously. The CPU kernel only needs output_mask.
+// grad_bias has one element per output channel.
+void fill_convolution_backward_bias_sizes(const c10::FunctionSchema& schema, Stack& args) {
+  if (schema.name() != "aten::convolution_backward" || !schema.overload_name().empty()) return;
+  const auto bias = schema.argumentIndexWithName("bias_sizes");
+  const auto mask = schema.argumentIndexWithName("output_mask");
+  const auto weight = schema.argumentIndexWithName("weight");
+  const auto transposed = schema.argumentIndexWithName("transposed");
+  const auto groups = schema.argumentIndexWithName("groups");
+  if (!bias || !mask || !weight || !transposed || !groups || args.size() <= *bias || !args[*bias].isNone()) return;
+  const c10::IValue& m = args[*mask];
+  if (!m.isBoolList() || m.toBoolList().size() < 3 || !m.toBoolList().get(2) || !args[*weight].isTensor()) return;
+  const at::Tensor& w = args[*weight].toTensor();
+  if (w.dim() < 2) return;
+  const std::int64_t channels = args[*transposed].toBool() ? w.size(1) * args[*groups].toInt() : w.size(0);
+  args[*bias] = c10::IValue(std::vector<std::int64_t>{channels});
+}
+
 // Like CUDA: tensors of one op live on one device, except CPU scalars (0-dim)
 // and index lists, which ATen accepts from the host.
 void check_devices(const c10::FunctionSchema& schema, const Stack& stack, std::size_t first) {
@@ -324,6 +345,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   meta.reserve(num_args);
   for (std::size_t i = first; i < stack->size(); ++i)
     meta.push_back(replace_device(map_tensors((*stack)[i], mirror), c10::kMeta));
+  fill_convolution_backward_bias_sizes(schema, meta);
   Stack meta_args = meta;  // the call consumes `meta`; arguments may be resized by out= ops
   try {
     op.callBoxed(meta);

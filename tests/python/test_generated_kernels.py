@@ -252,3 +252,52 @@ def test_strided_out_tensor_of_an_elementwise_op_with_contiguous_inputs():
     dst = torch.empty(7, 5, device="vtpu").t()
     dst.copy_(a.to("vtpu"))  # the device-to-device copy (a generated cast)
     assert torch.equal(dst.cpu(), a)
+
+
+def test_cpu_scalar_tensor_operand_runs_generated_kernel_with_atens_promotion():
+    import torch
+    import torch_vtpu
+
+    # A 0-dim CPU tensor that is not a wrapped Python number (how a compiled
+    # optimizer step passes its bias corrections) is read once as a scalar.
+    x = torch.randn(300)
+    scale = torch.tensor(0.37)
+    torch_vtpu.reset_metrics()
+    got = (x.to("vtpu") / scale).cpu()
+    assert torch.equal(got, x / scale)
+    m = torch_vtpu.metrics()
+    assert m["host_fallback_ops"] == {} and m["generated_kernels"] >= 1, m
+    # Promotion differs from a wrapped number's: int tensor * float64 0-dim
+    # tensor is float64 in ATen (a Python float would give float32).
+    ints = torch.arange(10)
+    wide = torch.tensor(1.5, dtype=torch.float64)
+    mixed = ints.to("vtpu") * wide
+    assert mixed.dtype == torch.float64 and torch.equal(mixed.cpu(), ints * wide)
+    # In fused mode such an op joins the window's kernel.
+    with torch_vtpu.mode("fused"):
+        torch_vtpu.reset_metrics()
+        y = ((x.to("vtpu") * 2) / scale + 1).cpu()
+        assert torch.equal(y, (x * 2) / scale + 1)
+        assert torch_vtpu.metrics()["host_fallback_ops"] == {}
+
+
+def test_convolution_backward_with_bias_runs_without_synchronising():
+    import torch
+    import torch_vtpu
+
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+    x = torch.randn(2, 3, 10, 10, requires_grad=True)
+    dev = torch.nn.Conv2d(3, 8, 3, padding=1).to("vtpu")
+    dev.load_state_dict(conv.state_dict())
+    xd = x.detach().to("vtpu").requires_grad_(True)
+    conv(x).square().sum().backward()
+    torch.vtpu.synchronize()
+    torch_vtpu.reset_metrics()
+    dev(xd).square().sum().backward()
+    torch.vtpu.synchronize()
+    syncs = torch_vtpu.metrics()["syncs"]
+    # Its meta kernel shapes grad_bias from bias_sizes, which reaches the
+    # host-kernel path as None; filled in, the op is queued like any other.
+    assert "data_dependent_op" not in syncs, syncs
+    for got, want in ((xd.grad, x.grad), (dev.weight.grad, conv.weight.grad), (dev.bias.grad, conv.bias.grad)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)

@@ -78,7 +78,8 @@ def generate(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: bool
             if value not in returned:
                 release_after.setdefault(at, []).append(value)
 
-    placeholders = [n for n in order if n.op == "placeholder"]
+    # The arguments arrive in the graph's placeholder order, whatever the schedule.
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     lines = ["def program(args):"]
     for i, n in enumerate(placeholders):
         names[n] = f"v{i}_{_identifier(n.name)}"

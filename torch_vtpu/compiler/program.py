@@ -10,6 +10,7 @@ from typing import Any, Dict, List
 import torch.fx as fx
 
 from .. import _C
+from . import passes
 from .codegen import Program, generate, has_only_functions
 from .options import CompileOptions
 from .schedule import schedule
@@ -48,10 +49,12 @@ class CompiledGraph:
         # user) is kept as it is: its checks and exact error locations win.
         self._mode = "fused" if options.fusion else "strict"
         if has_only_functions(gm):
+            self.rewrites = passes.rewrite(gm)
             order = schedule(gm.graph) if options.schedule else list(gm.graph.nodes)
             self.program = generate(gm, order, options.memory_planning)
             self._run = self.program.fn
         else:  # modules or methods left in the graph: FX's own code runs it
+            self.rewrites = {}
             self.program = Program(source=gm.code, fn=None)
             forward = gm.forward
 

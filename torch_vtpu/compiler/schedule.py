@@ -5,9 +5,19 @@ cuts related elementwise work into several windows. This pass moves ready
 elementwise and free nodes ahead of the next window-breaking node, so each
 window holds all the elementwise work that is ready, and flushes are fewer.
 
+Within a phase, window work runs in demand order (a post-order walk from the
+graph's results): each result's chain of elementwise ops is issued as one
+run, so an unrolled optimizer step (passes.py) records parameter after
+parameter, each parameter's chain fuses into one kernel and its temporaries
+die at once, instead of every op running over all parameters in turn.
+
 Dependencies are kept exactly; side effects are not reordered: a node that
 mutates an input, draws random numbers or is not an ATen op is a fence that
-every earlier node runs before and every later node after."""
+every earlier node runs before and every later node after. The exception is
+AOTAutograd's epilogue of input mutations, ``copy_(input, new_value)`` with
+no later reader of the input: it waits only for the new value and for every
+reader of the input, so it joins the window of the chain that computed the
+value (and the value is then never stored on its own)."""
 from __future__ import annotations
 
 import heapq
@@ -16,6 +26,8 @@ from typing import Dict, List
 
 import torch
 import torch.fx as fx
+
+from .passes import on_host_only
 
 # Order classes: lower runs first among ready nodes.
 FREE = 0  # placeholders, views, tuple indexing, size arithmetic: no kernel
@@ -49,6 +61,77 @@ def _is_symbolic(node: fx.Node) -> bool:
     return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
 
 
+def _aliases(node: fx.Node) -> List[fx.Node]:
+    """`node` and every view derived from it."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(u for u in n.users if u.op == "call_function" and _is_aten(u.target) and u.target.is_view)
+    return out
+
+
+def epilogue_copies(nodes: List[fx.Node]) -> Dict[fx.Node, List[fx.Node]]:
+    """The copy_ nodes that write a graph input after its last reader, each
+    with the readers it must wait for. A copy_ qualifies when it is the only
+    write of a placeholder, of the same shape and dtype as its source, and no
+    node after it reads the placeholder or a view of it."""
+    index = {n: i for i, n in enumerate(nodes)}
+    copies: Dict[fx.Node, List[fx.Node]] = {}
+    for n in nodes:
+        if n.op != "call_function" or n.target is not torch.ops.aten.copy_.default or len(n.args) != 2:
+            continue
+        dst, src = n.args
+        if not isinstance(dst, fx.Node) or dst.op != "placeholder" or not isinstance(src, fx.Node):
+            continue
+        dv, sv = dst.meta.get("val"), src.meta.get("val")
+        if not isinstance(dv, torch.Tensor) or not isinstance(sv, torch.Tensor):
+            continue
+        if dv.shape != sv.shape or dv.dtype != sv.dtype or dv.device != sv.device:
+            continue
+        readers = [u for a in _aliases(dst) for u in a.users
+                   if u is not n and not (u.op == "call_function" and _is_aten(u.target) and u.target.is_view)]
+        writes = [u for u in readers if u.op == "call_function" and _is_aten(u.target) and u.target._schema.is_mutable]
+        if writes or any(index.get(u, len(nodes)) > index[n] for u in readers):
+            continue
+        copies[n] = readers
+    return copies
+
+
+def demand_order(nodes: List[fx.Node], deps: Dict[fx.Node, List[fx.Node]]) -> Dict[fx.Node, int]:
+    """A rank for every node: its position in a post-order walk of the data
+    dependencies from the graph's results (nodes nobody uses, in program
+    order). A sink whose inputs are all ranked is ranked right after the last
+    of them, so an input's epilogue copy_ follows the chain it stores."""
+    users: Dict[fx.Node, List[fx.Node]] = {n: [] for n in nodes}
+    for n in nodes:
+        for d in deps[n]:
+            users[d].append(n)
+    rank: Dict[fx.Node, int] = {}
+    sinks = [n for n in nodes if not users[n]]
+
+    def walk(root: fx.Node) -> None:
+        stack = [(root, iter(deps[root]))]
+        while stack:
+            node, pending = stack[-1]
+            child = next((d for d in pending if d not in rank), None)
+            if child is not None:
+                stack.append((child, iter(deps[child])))
+                continue
+            stack.pop()
+            if node in rank:
+                continue
+            rank[node] = len(rank)
+            for u in users[node]:
+                if not users[u] and u not in rank and all(d in rank for d in deps[u]):
+                    rank[u] = len(rank)
+
+    for sink in sinks:
+        if sink not in rank:
+            walk(sink)
+    return rank
+
+
 def order_class(node: fx.Node) -> int:
     if node.op in ("placeholder", "get_attr"):
         return FREE
@@ -57,6 +140,8 @@ def order_class(node: fx.Node) -> int:
     target = node.target
     if target in _FREE_FUNCTIONS or _is_symbolic(node):
         return FREE
+    if _is_aten(target) and not _is_fence(node) and on_host_only(node):
+        return FREE  # CPU scalars (an optimizer's step counters): no device work, no flush
     if _is_aten(target):
         if target.is_view:
             return FREE
@@ -70,6 +155,19 @@ def schedule(graph: fx.Graph) -> List[fx.Node]:
     nodes = [n for n in graph.nodes if n.op != "output"]
     output = [n for n in graph.nodes if n.op == "output"]
     index: Dict[fx.Node, int] = {n: i for i, n in enumerate(nodes)}
+    copies = epilogue_copies(nodes)
+    data_deps: Dict[fx.Node, List[fx.Node]] = {}
+    for n in nodes:
+        inputs = [d for d in n.all_input_nodes if d in index]
+        data_deps[n] = inputs + [r for r in copies.get(n, ()) if r not in inputs]
+    rank = demand_order(nodes, data_deps)
+
+    def fence(n: fx.Node) -> bool:
+        return n not in copies and _is_fence(n)
+
+    def klass(n: fx.Node) -> int:
+        return WINDOW if n in copies else order_class(n)
+
     # Dependency counts, with fences as extra edges: a fence waits for every
     # earlier node, and every later node waits for the fence.
     waiting: Dict[fx.Node, int] = {}
@@ -77,29 +175,32 @@ def schedule(graph: fx.Graph) -> List[fx.Node]:
     last_fence = None
     since_fence: List[fx.Node] = []
     for n in nodes:
-        deps = {d for d in n.all_input_nodes if d in index}
-        if _is_fence(n):
+        deps = set(data_deps[n])
+        if fence(n):
             deps.update(since_fence)
             since_fence = []
         if last_fence is not None:
             deps.add(last_fence)
-        if _is_fence(n):
+        if fence(n):
             last_fence = n
         else:
             since_fence.append(n)
         waiting[n] = len(deps)
         for d in deps:
             users[d].append(n)
-    # Two ready queues, each in original order: window work (free and elementwise
-    # nodes) and barriers. Phases alternate: all ready window work (which joins
+    # Two ready queues: window work (free and elementwise nodes, in demand
+    # order) and barriers (in program order). Phases alternate: all ready window work (which joins
     # one window), then all ready barriers (each flushes only if the window is
     # not empty, so a run of barriers costs one flush), then window work again.
     ready_window: List[tuple] = []
     ready_barrier: List[tuple] = []
 
     def make_ready(n: fx.Node) -> None:
-        queue = ready_barrier if order_class(n) == BARRIER else ready_window
-        heapq.heappush(queue, (order_class(n), index[n], n.name))
+        # Barriers keep program order; window work goes in demand order.
+        if klass(n) == BARRIER:
+            heapq.heappush(ready_barrier, (BARRIER, index[n], n.name))
+        else:
+            heapq.heappush(ready_window, (klass(n), rank[n], n.name))
 
     for n in nodes:
         if waiting[n] == 0:

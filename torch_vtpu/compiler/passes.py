@@ -1,0 +1,209 @@
+"""Graph rewrites applied to every compiled graph before it is scheduled. Each
+keeps the results bit for bit: it only replaces a node by the ops eager mode
+runs for it, or by an equal computation in the same rounding.
+
+unroll_foreach: a ``_foreach_*`` node becomes one ATen op per list element,
+    the ops ATen's reference (CompositeExplicitAutograd) kernel runs for a vtpu
+    tensor list. As list nodes, a compiled optimizer step is breadth-first
+    (each op over every parameter before the next op): all intermediates of
+    all parameters are alive at once, and fused execution's window fills up
+    before any parameter's chain is complete. Unrolled, the scheduler can run
+    each parameter's chain as one group (schedule.py), which fuses into one
+    kernel whose temporaries are never stored.
+
+fill_operands_to_scalars: Dynamo's polyfill of ``_foreach_lerp_`` multiplies
+    by a tensor filled with the weight (``addcmul(start, full_like(d, w), d)``);
+    materialising that fill costs a kernel and a buffer pass per parameter.
+    ``addcmul(a, full(w), b)`` with value 1 is ``a + (w * b)`` in the same
+    rounding, so it becomes ``add(a, mul(b, w))``."""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+
+# (per-element op, how the foreach node's args become its args for element i)
+_Builder = Callable[[int, tuple, dict], Tuple[tuple, dict]]
+
+
+def _element(value: Any, i: int) -> Any:
+    return value[i] if isinstance(value, (list, tuple)) else value
+
+
+def _indexed(i: int, args: tuple, kwargs: dict) -> Tuple[tuple, dict]:
+    return tuple(_element(a, i) for a in args), {k: _element(v, i) for k, v in kwargs.items()}
+
+
+def _value_keyword(i: int, args: tuple, kwargs: dict) -> Tuple[tuple, dict]:
+    # _foreach_addcmul.Scalar(self, t1, t2, value) -> addcmul(s, a, b, *, value)
+    args, kwargs = _indexed(i, args, kwargs)
+    if len(args) > 3:
+        args, kwargs = args[:3], dict(kwargs, value=args[3])
+    return args, kwargs
+
+
+def _scalars_as_value(i: int, args: tuple, kwargs: dict) -> Tuple[tuple, dict]:
+    # _foreach_addcmul.ScalarList(self, t1, t2, scalars) -> addcmul(s, a, b, value=scalars[i])
+    self, t1, t2, scalars = args
+    return (self[i], t1[i], t2[i]), {"value": scalars[i]}
+
+
+def _per_element_table() -> Dict[torch._ops.OpOverload, Tuple[torch._ops.OpOverload, _Builder]]:
+    table: Dict[torch._ops.OpOverload, Tuple[torch._ops.OpOverload, _Builder]] = {}
+
+    def add(foreach: str, overload: str, target: torch._ops.OpOverload, build: _Builder = _indexed) -> None:
+        packet = getattr(aten, foreach, None)
+        if packet is not None and overload in packet.overloads():
+            table[getattr(packet, overload)] = (target, build)
+
+    for name in ("add", "sub", "mul", "div"):
+        op = getattr(aten, name)
+        add(f"_foreach_{name}", "Scalar", op.Scalar)
+        add(f"_foreach_{name}", "ScalarList", op.Scalar)
+        add(f"_foreach_{name}", "List", op.Tensor)
+        add(f"_foreach_{name}", "Tensor", op.Tensor)
+    for name in ("maximum", "minimum"):
+        add(f"_foreach_{name}", "List", getattr(aten, name).default)
+    for name in ("clamp_min", "clamp_max"):
+        add(f"_foreach_{name}", "Scalar", getattr(aten, name).default)
+        add(f"_foreach_{name}", "ScalarList", getattr(aten, name).default)
+        add(f"_foreach_{name}", "List", getattr(aten, name).Tensor)
+    add("_foreach_pow", "Scalar", aten.pow.Tensor_Scalar)
+    add("_foreach_pow", "ScalarList", aten.pow.Tensor_Scalar)
+    add("_foreach_pow", "List", aten.pow.Tensor_Tensor)
+    add("_foreach_pow", "ScalarAndTensor", aten.pow.Scalar)
+    for name in ("addcmul", "addcdiv"):
+        add(f"_foreach_{name}", "Scalar", getattr(aten, name).default, _value_keyword)
+        add(f"_foreach_{name}", "ScalarList", getattr(aten, name).default, _scalars_as_value)
+    add("_foreach_lerp", "Scalar", aten.lerp.Scalar)
+    add("_foreach_lerp", "ScalarList", aten.lerp.Scalar)
+    add("_foreach_lerp", "List", aten.lerp.Tensor)
+    for name in ("sqrt", "neg", "reciprocal", "exp", "log", "abs", "sign", "sigmoid", "tanh", "rsqrt", "sin",
+                 "cos", "expm1", "log1p", "floor", "ceil", "round", "trunc", "frac"):
+        if hasattr(aten, name):
+            add(f"_foreach_{name}", "default", getattr(aten, name).default)
+    return table
+
+
+_PER_ELEMENT = _per_element_table()
+
+
+def _list_length(node: fx.Node) -> Optional[int]:
+    for a in node.args:
+        if isinstance(a, (list, tuple)) and a and all(isinstance(x, fx.Node) for x in a):
+            return len(a)
+    return None
+
+
+def on_host_only(node: fx.Node) -> bool:
+    """Every tensor the node reads and returns is a CPU tensor (an optimizer's
+    `step` counters and the bias corrections computed from them): the node
+    launches nothing on the device."""
+    tensors = [v for v in (x.meta.get("val") for x in node.all_input_nodes) if isinstance(v, torch.Tensor)]
+    out = node.meta.get("val")
+    out = list(out) if isinstance(out, (list, tuple)) else [out]
+    tensors += [v for v in out if isinstance(v, torch.Tensor)]
+    if len(tensors) < len(node.all_input_nodes):
+        return False  # an input without a known tensor value
+    return bool(tensors) and all(t.device.type == "cpu" for t in tensors)
+
+
+def unroll_foreach(gm: fx.GraphModule) -> int:
+    """Returns the number of foreach nodes replaced. Foreach nodes over CPU
+    tensors stay whole: they launch nothing on the device, and one call runs
+    the whole list in C++ where unrolled they would cost a Python call each."""
+    graph = gm.graph
+    replaced = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _PER_ELEMENT or on_host_only(node):
+            continue
+        n = _list_length(node)
+        users = list(node.users)
+        # Only list results that are indexed with constants (AOTAutograd's form).
+        if n is None or not all(u.op == "call_function" and u.target is operator.getitem and
+                                isinstance(u.args[1], int) for u in users):
+            continue
+        target, build = _PER_ELEMENT[node.target]
+        by_index: Dict[int, List[fx.Node]] = {}
+        for u in users:
+            by_index.setdefault(u.args[1], []).append(u)
+        with graph.inserting_before(node):
+            for i in range(n):
+                getters = by_index.get(i, [])
+                if not getters:  # an element nobody reads: every op here is pure
+                    continue
+                args, kwargs = build(i, node.args, dict(node.kwargs))
+                element = graph.call_function(target, args, kwargs)
+                element.meta = dict(getters[0].meta)
+                for g in getters:
+                    g.replace_all_uses_with(element)
+                    graph.erase_node(g)
+        graph.erase_node(node)
+        replaced += 1
+    return replaced
+
+
+def _fill_value(node: Any) -> Optional[float]:
+    """The value of a ``full_like(x, number)`` node with no other dtype or
+    layout argument than x's own."""
+    if not isinstance(node, fx.Node) or node.op != "call_function" or node.target is not aten.full_like.default:
+        return None
+    if len(node.args) != 2 or not isinstance(node.args[1], (int, float)) or isinstance(node.args[1], bool):
+        return None
+    if any(k not in ("pin_memory", "dtype", "layout", "device") for k in node.kwargs):
+        return None
+    return float(node.args[1])
+
+
+def _val(node: Any) -> Optional[torch.Tensor]:
+    value = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def fill_operands_to_scalars(gm: fx.GraphModule) -> int:
+    graph = gm.graph
+    rewritten = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.addcmul.default:
+            continue
+        if len(node.args) != 3 or node.kwargs.get("value", 1) != 1:
+            continue
+        self, t1, t2 = node.args
+        for fill, other in ((t1, t2), (t2, t1)):
+            weight = _fill_value(fill)
+            vals = [_val(x) for x in (node, self, fill, other)]
+            if weight is None or any(v is None for v in vals):
+                continue
+            out, a, f, b = vals
+            # Same dtype everywhere and no broadcasting by the fill: then
+            # a + 1 * f * b == a + (b * w) bit for bit (the scalar is rounded
+            # to the dtype as the fill was).
+            if len({out.dtype, a.dtype, f.dtype, b.dtype}) != 1 or not out.dtype.is_floating_point:
+                continue
+            if tuple(f.shape) != tuple(out.shape) or tuple(b.shape) != tuple(out.shape):
+                continue
+            with graph.inserting_before(node):
+                product = graph.call_function(aten.mul.Tensor, (other, weight))
+                product.meta = dict(node.meta)
+                total = graph.call_function(aten.add.Tensor, (self, product))
+                total.meta = dict(node.meta)
+            node.replace_all_uses_with(total)
+            graph.erase_node(node)
+            if not fill.users:
+                graph.erase_node(fill)
+            rewritten += 1
+            break
+    return rewritten
+
+
+def rewrite(gm: fx.GraphModule) -> Dict[str, int]:
+    """Applies every pass; returns how many nodes each one replaced."""
+    counts = {"unroll_foreach": unroll_foreach(gm), "fill_operands_to_scalars": fill_operands_to_scalars(gm)}
+    if any(counts.values()):
+        gm.graph.lint()
+        gm.recompile()
+    return counts

@@ -66,6 +66,13 @@ void Metrics::count_sync(const char* reason) {
   ++syncs_[reason];
 }
 
+void Metrics::add_op_time(const std::string& op, std::uint64_t nanoseconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& [ns, tasks] = op_ns_[op.empty() ? std::string("(copy or fill)") : op];
+  ns += nanoseconds;
+  ++tasks;
+}
+
 MetricsSnapshot Metrics::snapshot() const {
   MetricsSnapshot s;
   s.ops = ops_.load();
@@ -76,6 +83,7 @@ MetricsSnapshot Metrics::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   s.host_fallback_ops = host_fallback_ops_;
   s.syncs = syncs_;
+  for (const auto& [op, t] : op_ns_) s.device_seconds_by_op[op] = {static_cast<double>(t.first) / 1e9, t.second};
   return s;
 }
 
@@ -86,6 +94,7 @@ void Metrics::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
   host_fallback_ops_.clear();
   syncs_.clear();
+  op_ns_.clear();
 }
 
 void set_worker_start_hook(std::function<void()> hook) { worker_start_hook() = std::move(hook); }
@@ -96,6 +105,8 @@ DeviceContext::DeviceContext()
       stream_(std::make_unique<runtime::Stream>([] {
         if (worker_start_hook()) worker_start_hook()();
       })) {
+  if (const char* env = std::getenv("VTPU_PROFILE_OPS"); env != nullptr && std::string(env) == "1")
+    metrics_.set_per_op_timing(true);
   // Before cached blocks return to the host, queued work that may still use
   // them (they were freed when their owner dropped them) must have run. On
   // the worker itself everything queued before the running task is done.
@@ -169,7 +180,7 @@ void DeviceContext::enqueue_task(std::function<void()> kernel, std::string op) {
     } catch (...) {
       rethrow_annotated(std::current_exception(), op, site);
     }
-    metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()));
+    metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()), op);
     return;
   }
   // Naming the error needs the GIL (file and line of the site), which the
@@ -179,10 +190,10 @@ void DeviceContext::enqueue_task(std::function<void()> kernel, std::string op) {
     try {
       kernel();
     } catch (...) {
-      metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()));
+      metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()), op);
       throw PendingOpError(std::current_exception(), op, site);
     }
-    metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()));
+    metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()), op);
   });
 }
 

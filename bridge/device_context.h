@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "vtpu/runtime/allocator.h"
 #include "vtpu/runtime/stream.h"
@@ -37,6 +38,8 @@ struct MetricsSnapshot {
   std::map<std::string, std::uint64_t> host_fallback_ops;  // aten op name -> count
   std::map<std::string, std::uint64_t> syncs;              // reason -> count
   std::map<std::string, double> device_seconds;            // kernel class -> time on the stream
+  // op name -> (seconds on the stream, tasks); only while per-op timing is on.
+  std::map<std::string, std::pair<double, std::uint64_t>> device_seconds_by_op;
 };
 
 class Metrics {
@@ -45,9 +48,14 @@ class Metrics {
   void count_kernel() { kernels_.fetch_add(1, std::memory_order_relaxed); }
   void count_host_fallback(const std::string& op_name);
   void count_sync(const char* reason);
-  void add_device_time(KernelClass c, std::uint64_t nanoseconds) {
+  void add_device_time(KernelClass c, std::uint64_t nanoseconds, const std::string& op) {
     device_ns_[static_cast<int>(c)].fetch_add(nanoseconds, std::memory_order_relaxed);
+    if (per_op_timing_.load(std::memory_order_relaxed)) add_op_time(op, nanoseconds);
   }
+  // Per-op device time (VTPU_PROFILE_OPS=1 or torch_vtpu.profile_ops()): off
+  // by default, since it takes a lock per task on the stream's worker.
+  void set_per_op_timing(bool on) { per_op_timing_.store(on, std::memory_order_relaxed); }
+  bool per_op_timing() const { return per_op_timing_.load(std::memory_order_relaxed); }
   MetricsSnapshot snapshot() const;
   void reset();
 
@@ -55,7 +63,10 @@ class Metrics {
   std::atomic<std::uint64_t> ops_{0};
   std::atomic<std::uint64_t> kernels_{0};
   std::atomic<std::uint64_t> device_ns_[static_cast<int>(KernelClass::kCount)] = {};
+  std::atomic<bool> per_op_timing_{false};
+  void add_op_time(const std::string& op, std::uint64_t nanoseconds);
   mutable std::mutex mutex_;
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> op_ns_;  // op -> (ns, tasks)
   std::map<std::string, std::uint64_t> host_fallback_ops_;
   std::map<std::string, std::uint64_t> syncs_;
 };

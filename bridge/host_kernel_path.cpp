@@ -21,6 +21,7 @@
 #include "generated_kernels.h"
 #include "generated_lowering.h"
 #include "host_path_rules.h"
+#include "meta_cache.h"
 #include "out_variant_index.h"
 
 namespace vtpu::bridge {
@@ -346,9 +347,17 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   for (std::size_t i = first; i < stack->size(); ++i)
     meta.push_back(replace_device(map_tensors((*stack)[i], mirror), c10::kMeta));
   fill_convolution_backward_bias_sizes(schema, meta);
-  Stack meta_args = meta;  // the call consumes `meta`; arguments may be resized by out= ops
+
+  const std::optional<std::string> cache_key = meta_cache_key(op, *stack, first);
+  std::optional<std::vector<c10::IValue>> remembered;
+  if (cache_key) remembered = meta_cache_find(*cache_key);
   try {
-    op.callBoxed(meta);
+    if (remembered) {
+      meta = std::move(*remembered);
+    } else {
+      op.callBoxed(meta);
+      if (cache_key) meta_cache_insert(*cache_key, meta);
+    }
   } catch (const c10::NotImplementedError&) {
     no_meta_ops().add(op);
     return run_synchronously(op, stack, "op_without_meta");

@@ -72,6 +72,11 @@ py::dict metrics_dict() {
   d["syncs"] = s.syncs;
   // Seconds the stream spent in each kind of kernel (wall time of its tasks).
   d["device_time_s"] = s.device_seconds;
+  if (DeviceContext::get().metrics().per_op_timing()) {
+    py::dict by_op;
+    for (const auto& [op, t] : s.device_seconds_by_op) by_op[py::str(op)] = py::make_tuple(t.first, t.second);
+    d["device_time_by_op"] = by_op;
+  }
   return d;
 }
 
@@ -100,6 +105,9 @@ void guarded(Fn&& fn) {
 }
 
 }  // namespace
+
+void register_graph_program(py::module& m);  // graph_program.cpp
+
 }  // namespace vtpu::bridge
 
 PYBIND11_MODULE(_C, m) {
@@ -113,6 +121,7 @@ PYBIND11_MODULE(_C, m) {
     }
   });
   m.doc() = "vTPU torch bridge";
+  register_graph_program(m);
   m.def("_synchronize", [] { guarded([] { synchronize_device(); }); });
   m.def("_get_mode", [] { return std::string(mode_name(DeviceContext::get().mode())); });
   m.def("_set_mode", [](const std::string& name) { guarded([&] {
@@ -126,6 +135,7 @@ PYBIND11_MODULE(_C, m) {
     DeviceContext::get().set_mode(mode);
   }); });
   m.def("_metrics", &metrics_dict);
+  m.def("_set_per_op_timing", [](bool on) { DeviceContext::get().metrics().set_per_op_timing(on); });
   m.def("_reset_metrics", [] {
     DeviceContext::get().metrics().reset();
     reset_generated_kernel_launches();

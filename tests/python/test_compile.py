@@ -543,3 +543,26 @@ def test_fill_operand_rewrite_keeps_bits():
     gm.recompile()
     assert "full_like" not in gm.code
     assert torch.equal(gm(a, b).cpu(), fn(a, b).cpu())
+
+
+def test_native_program_gives_the_python_programs_bits(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+    target = torch.randint(0, 4, (8,))
+    results = {}
+    for native in (True, False):
+        torch._dynamo.reset()
+        m = copy.deepcopy(model).to("vtpu")
+        f = torch.compile(lambda a, t: F.cross_entropy(m(a), t), backend="vtpu",
+                          options={"native": native, "dump_dir": str(tmp_path / str(native))})
+        loss = f(x.to("vtpu"), target.to("vtpu"))
+        loss.backward()
+        results[native] = [loss.detach().cpu()] + [p.grad.cpu() for p in m.parameters()]
+    for a, b in zip(results[True], results[False]):
+        assert torch.equal(a, b)
+    for native, words in ((True, "native program"), (False, "Python function")):
+        headers = [p.read_text().splitlines()[1] for p in (tmp_path / str(native)).glob("*.program.py")]
+        assert len(headers) == 2 and all(words in h for h in headers), headers
+    with pytest.raises(TypeError, match="'native' must be a bool"):
+        CompileOptions.parse({"native": "yes"})

@@ -38,3 +38,27 @@ def test_data_dependent_op_syncs_with_reason():
     assert nz.shape == (2, 1)
     syncs = torch_vtpu.metrics()["syncs"]
     assert syncs.get("data_dependent_op", 0) + syncs.get("op_without_meta", 0) >= 1
+
+
+def test_per_op_device_time_only_while_profiling():
+    import pytest
+
+    a = torch.randn(64, 64, device="vtpu")
+    torch_vtpu.reset_metrics()
+    (a @ a).sum()
+    torch.vtpu.synchronize()
+    assert "device_time_by_op" not in torch_vtpu.metrics()
+    torch_vtpu.profile_ops(True)
+    try:
+        torch_vtpu.reset_metrics()
+        for _ in range(3):
+            b = torch.exp(a @ a)
+        torch.vtpu.synchronize()
+        by_op = torch_vtpu.metrics()["device_time_by_op"]
+        assert by_op["aten::mm.out"][1] == 3 and by_op["aten::mm.out"][0] > 0, by_op
+        assert by_op["exp"][1] == 3, by_op
+        torch.testing.assert_close(b.cpu(), torch.exp(a.cpu() @ a.cpu()))
+    finally:
+        torch_vtpu.profile_ops(False)
+    with pytest.raises(TypeError, match="bool"):
+        torch_vtpu.profile_ops("yes")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Sequence
+import operator
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.fx as fx
@@ -61,13 +62,12 @@ def _identifier(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text)
 
 
-def generate(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: bool) -> Program:
-    emit = _Emitter()
-    names: Dict[fx.Node, str] = {}
+def _liveness(order: Sequence[fx.Node], memory_planning: bool):
+    """Position of each node in `order`, the returned values, each value's
+    last use, and which values die after each position (memory planning:
+    released right after their last use; none when planning is off)."""
     position = {n: i for i, n in enumerate(order)}
-    output = order[-1]
-    assert output.op == "output"
-    returned = set(output.all_input_nodes)
+    returned = set(order[-1].all_input_nodes)
     last_use: Dict[fx.Node, int] = {}
     for n in order:
         for d in n.all_input_nodes:
@@ -77,6 +77,15 @@ def generate(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: bool
         for value, at in last_use.items():
             if value not in returned:
                 release_after.setdefault(at, []).append(value)
+    return position, returned, last_use, release_after
+
+
+def generate(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: bool) -> Program:
+    emit = _Emitter()
+    names: Dict[fx.Node, str] = {}
+    output = order[-1]
+    assert output.op == "output"
+    position, returned, last_use, release_after = _liveness(order, memory_planning)
 
     # The arguments arrive in the graph's placeholder order, whatever the schedule.
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -119,3 +128,100 @@ def generate(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: bool
 
 def has_only_functions(gm: fx.GraphModule) -> bool:
     return all(n.op in ("placeholder", "get_attr", "call_function", "output") for n in gm.graph.nodes)
+
+
+class _Unsupported(Exception):
+    """The graph holds something the native program does not express."""
+
+
+def build_native(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: bool) -> Optional[Callable]:
+    """The scheduled graph as a native program (bridge/graph_program.cpp): the
+    same calls, in the same order, with the same releases as generate()'s
+    Python function, but no Python frame or argument parsing per op. None
+    when the graph needs Python: symbolic size arithmetic, non-ATen callables,
+    nested outputs."""
+    from .. import _C
+
+    program_type = getattr(_C, "_GraphProgram", None)
+    if program_type is None:
+        return None
+    try:
+        return _native(gm, order, memory_planning, program_type)
+    except (_Unsupported, ValueError, TypeError, RuntimeError):
+        return None
+
+
+def _native(gm, order, memory_planning, program_type) -> Callable:
+    slots: Dict[fx.Node, int] = {}
+    constants: Dict[fx.Node, Any] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for n in placeholders:
+        slots[n] = len(slots)
+    output = order[-1]
+    position, returned, last_use, release_after = _liveness(order, memory_planning)
+
+    def spec(arg: Any) -> tuple:
+        if isinstance(arg, fx.Node):
+            if arg in constants:
+                return ("const", constants[arg])
+            return ("slot", slots[arg])
+        if isinstance(arg, (list, tuple)) and any(isinstance(a, fx.Node) for a in arg):
+            if not all(a is None or (isinstance(a, fx.Node) and a not in constants) for a in arg):
+                raise _Unsupported("a list mixing values and constants")
+            return ("list", [None if a is None else slots[a] for a in arg])
+        return ("const", arg)
+
+    instructions: List[tuple] = []
+
+    def release(n: fx.Node) -> None:
+        if n in slots:
+            instructions.append(("release", slots[n]))
+
+    if memory_planning:
+        for n in placeholders:
+            if n not in last_use and n not in returned:
+                release(n)
+    for n in order:
+        if n.op in ("placeholder", "output"):
+            continue
+        if n.op == "get_attr":
+            value = gm
+            for part in n.target.split("."):
+                value = getattr(value, part)
+            constants[n] = value
+        elif n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
+            if any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool))
+                   for v in _leaves(n.meta.get("val"))):
+                raise _Unsupported("symbolic result")
+            known = {a.name for a in n.target._schema.arguments}
+            if any(k not in known for k in n.kwargs):
+                raise _Unsupported(f"keyword not in the schema: {n.format_node()}")
+            slots[n] = len(slots)
+            name, overload = str(n.target._schema.name), n.target._overloadname
+            instructions.append(("call", name, "" if overload == "default" else overload,
+                                 [spec(a) for a in n.args], {k: spec(v) for k, v in n.kwargs.items()}, slots[n]))
+        elif n.op == "call_function" and n.target is operator.getitem and isinstance(n.args[1], int):
+            slots[n] = len(slots)
+            instructions.append(("getitem", slots[n.args[0]], n.args[1], slots[n]))
+        else:
+            raise _Unsupported(n.format_node())
+        if memory_planning and n not in last_use and n not in returned:
+            release(n)
+        for dead in release_after.get(position[n], ()):
+            release(dead)
+    result = output.args[0]
+    items = result if isinstance(result, (list, tuple)) else [result]
+    if not all(r is None or (isinstance(r, fx.Node) and r in slots) for r in items):
+        raise _Unsupported("output structure")
+    native = program_type(len(slots), len(placeholders), instructions, [-1 if r is None else slots[r] for r in items])
+    if isinstance(result, tuple):
+        return lambda args: tuple(native(args))
+    if isinstance(result, list):
+        return native
+    return lambda args: native(args)[0]
+
+
+def _leaves(value: Any) -> List[Any]:
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _leaves(v)]
+    return [value]

@@ -18,6 +18,11 @@ class CompileOptions:
     # Reorder independent nodes so that elementwise work is not cut into
     # several windows by matmuls and reductions it does not depend on.
     schedule: bool = True
+    # Run each graph's calls from C++ (bridge/graph_program.cpp): the same
+    # calls in the same order as the generated Python program, without a
+    # Python frame and argument parsing per op. Graphs with symbolic size
+    # arithmetic or non-ATen callables keep the Python program.
+    native: bool = True
     # Write each graph's FX code, its vtpu program and the IR and source of
     # every kernel compiled while it first runs to this directory.
     dump_dir: Optional[str] = None

@@ -11,7 +11,7 @@ import torch.fx as fx
 
 from .. import _C
 from . import passes
-from .codegen import Program, generate, has_only_functions
+from .codegen import Program, build_native, generate, has_only_functions
 from .options import CompileOptions
 from .schedule import schedule
 
@@ -52,9 +52,12 @@ class CompiledGraph:
             self.rewrites = passes.rewrite(gm)
             order = schedule(gm.graph) if options.schedule else list(gm.graph.nodes)
             self.program = generate(gm, order, options.memory_planning)
-            self._run = self.program.fn
+            native = build_native(gm, order, options.memory_planning) if options.native else None
+            self.native = native is not None
+            self._run = native if native is not None else self.program.fn
         else:  # modules or methods left in the graph: FX's own code runs it
             self.rewrites = {}
+            self.native = False
             self.program = Program(source=gm.code, fn=None)
             forward = gm.forward
 
@@ -77,6 +80,8 @@ class CompiledGraph:
             f.write(gm.print_readable(print_output=False))
         with open(stem + ".program.py", "w") as f:
             f.write(f"# vtpu program of graph {self.graph_id} ({self.kind}), options {self.options}\n")
+            f.write("# runs as a native program: these calls, from C++\n" if self.native else
+                    "# runs as this Python function\n")
             f.write(self.program.source)
 
     def __call__(self, args: List[Any]) -> Any:

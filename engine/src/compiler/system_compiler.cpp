@@ -82,7 +82,12 @@ SystemCompiler::SystemCompiler(std::string executable) : executable_(std::move(e
   flags_ = {"-std=c++17", "-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno",
             // No fused multiply-adds the source does not spell out: the vector
             // body and the scalar remainder of a loop round alike.
-            "-ffp-contract=off", "-fvisibility=hidden"};
+            "-ffp-contract=off",
+            // Without it GCC may not evaluate both arms of a select (a NaN or
+            // clamp test in kernel_math.h) because one could raise a floating-point
+            // exception flag, and leaves every such loop scalar. Values are
+            // unchanged: it only drops the promise to keep exception flags exact.
+            "-fno-trapping-math", "-fvisibility=hidden"};
   ScratchDir scratch;
   const auto log = scratch.path() / "version.txt";
   if (run({executable_, "--version"}, log) != 0)

@@ -1,0 +1,263 @@
+// A compiled graph's program run in C++: the scheduled ATen calls of one FX
+// graph as a list of instructions over value slots, each op called boxed
+// through the dispatcher (so every dispatch key, Python modes included, sees
+// it exactly as a call from Python would) without a Python frame, argument
+// parsing or IValue conversion per op. Constants are converted once, when
+// the program is built. Python's codegen.py builds it and keeps its own
+// Python program for graphs this form does not express (symbolic size
+// arithmetic, non-ATen callables).
+#include <ATen/ScalarOps.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace vtpu::bridge {
+namespace {
+
+// How one argument of a call is produced at run time.
+struct ArgSpec {
+  enum Kind { kSlot, kConstant, kTensorList, kOptionalTensorList } kind = kConstant;
+  int slot = -1;
+  c10::IValue constant;
+  std::vector<int> slots;  // list elements; -1 is None (optional lists)
+};
+
+struct Instruction {
+  enum Kind { kCall, kGetItem, kRelease } kind = kCall;
+  const c10::OperatorHandle* op = nullptr;
+  std::size_t returns = 0;
+  std::vector<ArgSpec> args;
+  int out = -1;
+  int src = -1;
+  std::int64_t index = 0;
+};
+
+c10::TypePtr element_type(const c10::TypePtr& type) {
+  c10::TypePtr t = type;
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  if (auto list = t->cast<c10::ListType>()) return list->getElementType();
+  return nullptr;
+}
+
+// `spec` from Python: ("slot", i) | ("const", value) | ("list", [i or None, ...]).
+ArgSpec parse_arg(const py::handle& spec, const c10::Argument& schema_arg) {
+  const auto tuple = spec.cast<py::tuple>();
+  const std::string kind = tuple[0].cast<std::string>();
+  ArgSpec a;
+  if (kind == "slot") {
+    a.kind = ArgSpec::kSlot;
+    a.slot = tuple[1].cast<int>();
+  } else if (kind == "const") {
+    a.kind = ArgSpec::kConstant;
+    const py::handle value = tuple[1];
+    c10::TypePtr type = schema_arg.type();
+    if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
+    const bool number = PyBool_Check(value.ptr()) || PyLong_Check(value.ptr()) || PyFloat_Check(value.ptr());
+    if (number && type->kind() == c10::TypeKind::TensorType) {
+      // A Python number where the schema takes a Tensor (add.Tensor(x, 1e-6)):
+      // the wrapped-number tensor Python's argument parser would make.
+      const c10::Scalar scalar = PyBool_Check(value.ptr())   ? c10::Scalar(value.cast<bool>())
+                                 : PyLong_Check(value.ptr()) ? c10::Scalar(value.cast<std::int64_t>())
+                                                             : c10::Scalar(value.cast<double>());
+      at::Tensor wrapped = at::scalar_to_tensor(scalar);
+      wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
+      a.constant = std::move(wrapped);
+    } else {
+      a.constant = torch::jit::toIValue(value, schema_arg.type());
+    }
+  } else if (kind == "list") {
+    const c10::TypePtr element = element_type(schema_arg.type());
+    if (!element) throw std::invalid_argument("a list of values for a non-list argument " + schema_arg.name());
+    if (element->kind() == c10::TypeKind::TensorType) {
+      a.kind = ArgSpec::kTensorList;
+    } else if (auto opt = element->cast<c10::OptionalType>();
+               opt && opt->getElementType()->kind() == c10::TypeKind::TensorType) {
+      a.kind = ArgSpec::kOptionalTensorList;
+    } else {
+      throw std::invalid_argument("a list of values for argument " + schema_arg.name() + " of type " +
+                                  schema_arg.type()->str());
+    }
+    for (const py::handle& e : tuple[1].cast<py::list>()) a.slots.push_back(e.is_none() ? -1 : e.cast<int>());
+    if (a.kind == ArgSpec::kTensorList)
+      for (int s : a.slots)
+        if (s < 0) throw std::invalid_argument("None in a tensor list");
+  } else {
+    throw std::invalid_argument("unknown argument kind " + kind);
+  }
+  return a;
+}
+
+class GraphProgram {
+ public:
+  // `instructions`: ("call", "aten::name", "overload", [positional specs],
+  // {keyword: spec}, out_slot) | ("getitem", src, index, out) | ("release", slot).
+  GraphProgram(int slots, int inputs, const py::list& instructions, std::vector<int> outputs)
+      : slot_count_(static_cast<std::size_t>(slots)), inputs_(inputs), outputs_(std::move(outputs)) {
+    for (const py::handle& item : instructions) {
+      const auto t = item.cast<py::tuple>();
+      const std::string kind = t[0].cast<std::string>();
+      Instruction ins;
+      if (kind == "call") {
+        ins.kind = Instruction::kCall;
+        const auto handle = c10::Dispatcher::singleton().findSchema(
+            {t[1].cast<std::string>(), t[2].cast<std::string>()});
+        if (!handle) throw std::invalid_argument("no operator " + t[1].cast<std::string>());
+        ops_.push_back(*handle);
+        const auto& schema = handle->schema();
+        const auto positional = t[3].cast<py::list>();
+        const auto keywords = t[4].cast<py::dict>();
+        const auto& arguments = schema.arguments();
+        if (positional.size() > arguments.size()) throw std::invalid_argument("too many arguments");
+        for (std::size_t i = 0; i < arguments.size(); ++i) {
+          const c10::Argument& arg = arguments[i];
+          if (i < positional.size()) {
+            ins.args.push_back(parse_arg(positional[i], arg));
+          } else if (keywords.contains(arg.name().c_str())) {
+            ins.args.push_back(parse_arg(keywords[arg.name().c_str()], arg));
+          } else if (arg.default_value()) {
+            ArgSpec a;
+            a.constant = *arg.default_value();
+            ins.args.push_back(std::move(a));
+          } else {
+            throw std::invalid_argument("argument " + arg.name() + " missing");
+          }
+        }
+        ins.returns = schema.returns().size();
+        ins.out = t[5].cast<int>();
+      } else if (kind == "getitem") {
+        ins.kind = Instruction::kGetItem;
+        ins.src = t[1].cast<int>();
+        ins.index = t[2].cast<std::int64_t>();
+        ins.out = t[3].cast<int>();
+      } else if (kind == "release") {
+        ins.kind = Instruction::kRelease;
+        ins.src = t[1].cast<int>();
+      } else {
+        throw std::invalid_argument("unknown instruction " + kind);
+      }
+      instructions_.push_back(std::move(ins));
+    }
+    // Operator handles live in a vector that no longer grows: point at them.
+    std::size_t next = 0;
+    for (Instruction& ins : instructions_)
+      if (ins.kind == Instruction::kCall) ins.op = &ops_[next++];
+  }
+
+  // AOTAutograd's boxed convention: the graph owns its inputs, so `args` is
+  // emptied and each input dies at its last use inside the program.
+  py::object run(py::list args) {
+    if (static_cast<int>(args.size()) != inputs_)
+      throw std::invalid_argument("compiled graph expects " + std::to_string(inputs_) + " inputs, got " +
+                                  std::to_string(args.size()));
+    std::vector<c10::IValue> values(slot_count_);
+    for (int i = 0; i < inputs_; ++i) values[static_cast<std::size_t>(i)] = input_value(args[i]);
+    PyList_SetSlice(args.ptr(), 0, PyList_Size(args.ptr()), nullptr);
+    torch::jit::Stack stack;
+    for (const Instruction& ins : instructions_) {
+      switch (ins.kind) {
+        case Instruction::kCall: {
+          stack.clear();
+          stack.reserve(ins.args.size());
+          for (const ArgSpec& a : ins.args) push_arg(stack, a, values);
+          ins.op->callBoxed(stack);
+          if (ins.returns == 1) {
+            values[static_cast<std::size_t>(ins.out)] = std::move(stack[0]);
+          } else if (ins.returns > 1) {
+            values[static_cast<std::size_t>(ins.out)] = c10::ivalue::Tuple::create(std::move(stack));
+          }
+          break;
+        }
+        case Instruction::kGetItem: {
+          const c10::IValue& src = values[static_cast<std::size_t>(ins.src)];
+          c10::IValue element;
+          if (src.isTuple()) element = src.toTupleRef().elements().at(static_cast<std::size_t>(ins.index));
+          else if (src.isTensorList()) element = src.toTensorList().get(static_cast<std::size_t>(ins.index));
+          else if (src.isList()) element = src.toList().get(static_cast<std::size_t>(ins.index));
+          else throw std::invalid_argument("getitem of a value that is not a tuple or list");
+          values[static_cast<std::size_t>(ins.out)] = std::move(element);
+          break;
+        }
+        case Instruction::kRelease:
+          values[static_cast<std::size_t>(ins.src)] = c10::IValue();
+          break;
+      }
+    }
+    py::list out;
+    for (int slot : outputs_) {
+      if (slot < 0) out.append(py::none());
+      else out.append(torch::jit::toPyObject(std::move(values[static_cast<std::size_t>(slot)])));
+    }
+    return out;
+  }
+
+ private:
+  // A graph input: a tensor, or a Python number (a size Dynamo made symbolic,
+  // a scalar argument), or None.
+  static c10::IValue input_value(const py::handle& obj) {
+    if (THPVariable_Check(obj.ptr())) return THPVariable_Unpack(obj.ptr());
+    if (obj.is_none()) return c10::IValue();
+    if (PyBool_Check(obj.ptr())) return obj.cast<bool>();
+    if (PyLong_Check(obj.ptr())) return obj.cast<std::int64_t>();
+    if (PyFloat_Check(obj.ptr())) return obj.cast<double>();
+    throw std::invalid_argument(std::string("compiled graph input of type ") + Py_TYPE(obj.ptr())->tp_name);
+  }
+
+  static void push_arg(torch::jit::Stack& stack, const ArgSpec& a, const std::vector<c10::IValue>& values) {
+    switch (a.kind) {
+      case ArgSpec::kSlot: stack.push_back(values[static_cast<std::size_t>(a.slot)]); break;
+      case ArgSpec::kConstant: stack.push_back(a.constant); break;
+      case ArgSpec::kTensorList: {
+        c10::List<at::Tensor> list;
+        list.reserve(a.slots.size());
+        for (int s : a.slots) list.push_back(values[static_cast<std::size_t>(s)].toTensor());
+        stack.emplace_back(std::move(list));
+        break;
+      }
+      case ArgSpec::kOptionalTensorList: {
+        c10::List<std::optional<at::Tensor>> list;
+        list.reserve(a.slots.size());
+        for (int s : a.slots)
+          list.push_back(s < 0 ? std::optional<at::Tensor>() : values[static_cast<std::size_t>(s)].toTensor());
+        stack.emplace_back(std::move(list));
+        break;
+      }
+    }
+  }
+
+  std::size_t slot_count_;
+  int inputs_;
+  std::vector<int> outputs_;
+  std::vector<c10::OperatorHandle> ops_;
+  std::vector<Instruction> instructions_;
+};
+
+}  // namespace
+
+void register_graph_program(py::module& m) {
+  py::class_<GraphProgram>(m, "_GraphProgram")
+      .def(py::init([](int slots, int inputs, const py::list& instructions, std::vector<int> outputs) {
+             try {
+               return new GraphProgram(slots, inputs, instructions, std::move(outputs));
+             } catch (const std::invalid_argument& e) {
+               throw py::value_error(std::string("vtpu graph program: ") + e.what());
+             }
+           }),
+           py::arg("slots"), py::arg("inputs"), py::arg("instructions"), py::arg("outputs"))
+      .def("__call__", [](GraphProgram& self, py::list args) -> py::object {
+        HANDLE_TH_ERRORS
+        return self.run(std::move(args));
+        END_HANDLE_TH_ERRORS_PYBIND
+      });
+}
+
+}  // namespace vtpu::bridge

@@ -1,0 +1,79 @@
+"""The host-kernel path remembers meta kernels' results per argument geometry
+(bridge/meta_cache.h). A remembered result must never stand in for a call
+whose shapes, strides, dtypes or non-tensor arguments differ, and argument
+errors must still be raised."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_vtpu
+
+
+def test_layer_norm_results_follow_shape_stride_and_arguments():
+    torch.manual_seed(0)
+    w = torch.randn(16)
+    b = torch.randn(16)
+    cases = [torch.randn(4, 16), torch.randn(4, 16), torch.randn(6, 16), torch.randn(16, 6).t(),
+             torch.randn(2, 3, 16)]
+    torch_vtpu.reset_metrics()
+    for x in cases:
+        for eps in (1e-5, 1e-2):
+            got = F.layer_norm(x.to("vtpu"), (16,), w.to("vtpu"), b.to("vtpu"), eps)
+            want = F.layer_norm(x, (16,), w, b, eps)
+            assert got.shape == want.shape
+            torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+    assert torch_vtpu.metrics()["host_fallback_ops"].get("aten::native_layer_norm", 0) == 2 * len(cases)
+
+
+def test_matmul_errors_are_raised_after_successful_calls():
+    a = torch.randn(8, 5, device="vtpu")
+    b = torch.randn(5, 3, device="vtpu")
+    for _ in range(3):
+        assert (a @ b).shape == (8, 3)
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        a @ torch.randn(4, 3, device="vtpu")
+    with pytest.raises(RuntimeError):
+        torch.addmm(torch.randn(8, 3, device="vtpu"), a, torch.randn(6, 3, device="vtpu"))
+    torch.testing.assert_close((a @ b).cpu(), a.cpu() @ b.cpu())
+
+
+def test_batch_norm_training_updates_running_stats_each_call():
+    bn = torch.nn.BatchNorm2d(4)
+    dev = torch.nn.BatchNorm2d(4).to("vtpu")
+    for i in range(3):
+        x = torch.randn(2, 4, 5, 5) * (i + 1)
+        torch.testing.assert_close(dev(x.to("vtpu")).cpu(), bn(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(dev.running_mean.cpu(), bn.running_mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dev.running_var.cpu(), bn.running_var, rtol=1e-5, atol=1e-6)
+
+
+def test_out_arguments_are_resized_as_their_first_call_said():
+    a = torch.randn(8, 5)
+    b = torch.randn(5, 3)
+    da, db = a.to("vtpu"), b.to("vtpu")
+    for _ in range(3):
+        out = torch.empty(0, device="vtpu")
+        torch.mm(da, db, out=out)
+        assert out.shape == (8, 3)
+        torch.testing.assert_close(out.cpu(), a @ b)
+    sized = torch.empty(8, 3, device="vtpu")
+    torch.mm(da, db, out=sized)
+    torch.testing.assert_close(sized.cpu(), a @ b)
+    # Same shapes, the other operand order: a different key, a different shape.
+    out = torch.empty(0, device="vtpu")
+    torch.mm(db.t(), da.t(), out=out)
+    assert out.shape == (3, 8)
+    torch.testing.assert_close(out.cpu(), b.t() @ a.t())
+
+
+def test_in_place_shape_errors_are_raised_after_successful_calls():
+    x = torch.randn(4, 6, device="vtpu")
+    m1, m2 = torch.randn(4, 2, device="vtpu"), torch.randn(2, 6, device="vtpu")
+    for _ in range(3):
+        x.addmm_(m1, m2)
+    with pytest.raises(RuntimeError):
+        x.addmm_(torch.randn(4, 2, device="vtpu"), torch.randn(2, 7, device="vtpu"))
+    want = torch.randn(4, 6)
+    got = want.to("vtpu")
+    got.addmm_(m1, m2)
+    torch.testing.assert_close(got.cpu(), want.addmm(m1.cpu(), m2.cpu()))

@@ -123,7 +123,8 @@ static void launch(const VtpuLaunchArgs* args) {
       sum += static_cast<double>(term(c, b, t));
       total += static_cast<double>(c.r.weight(t));
     }
-    *c.out = vtpu_store_t<T>::of(kMean ? -(sum / total) : -sum);
+    // ATen negates, then divides: 0/0 (every target ignored) is the hardware's NaN as in ATen.
+    *c.out = vtpu_store_t<T>::of(kMean ? (-sum) / total : -sum);
     if constexpr (kHasTotal) *static_cast<T*>(args->tensors[1].data) = vtpu_store_t<T>::of(total);
   }
 }

@@ -6,7 +6,7 @@
 // weight). "none" of a 2-dim x stores -term per row (0 for ignored rows).
 // Otherwise the terms and the weights (1 without a weight) are summed in
 // double in row order and rounded once: loss = -sum ("sum", or "none" of a
-// 1-dim x) or -(sum / total) ("mean": NaN when every target is ignored, as
+// 1-dim x) or (-sum) / total ("mean": NaN when every target is ignored, as
 // ATen's 0/0), total_weight = total (0 for "none" of a 2-dim x). ATen sums in
 // the dtype with a cascade; a double sum in a fixed order is as accurate and
 // deterministic, and kernels reproduce it bit for bit.
@@ -80,7 +80,8 @@ Buffer forward(const Node& node, const std::vector<const Buffer*>& in) {
   if (node.op == OpKind::NllLossTotalWeight) {
     store_double(out, 0, none_2d ? 0.0 : total);
   } else if (!none_2d) {
-    store_double(out, 0, reduction == "mean" ? -(sum / total) : -sum);
+    // Negated, then divided, as ATen: all-ignored "mean" is 0/0, the hardware's NaN.
+    store_double(out, 0, reduction == "mean" ? (-sum) / total : -sum);
   }
   return out;
 }

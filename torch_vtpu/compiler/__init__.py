@@ -2,8 +2,9 @@
 
 Dynamo captures FX graphs; AOTAutograd turns each into a forward and a backward
 graph of core ATen ops (decompositions.py); each graph is scheduled
-(schedule.py), generated as one Python program bound to the dispatcher
-(codegen.py) and run in fused execution (program.py): its elementwise ops are
+(schedule.py), generated as one program bound to the dispatcher (codegen.py:
+a native list of calls run from C++, or a Python function where the graph needs
+Python) and run in fused execution (program.py): its elementwise ops are
 fused into few generated kernels, matrix work runs on the extern kernels, and
 ops outside the compiled set on the host-kernel path. Kernels come from the
 compile cache eager mode uses, so a warm process compiles nothing.

@@ -108,11 +108,13 @@ template <typename T> static inline T vtpu_remainder(T a, T b) {
 template <typename T> static inline T vtpu_fmod(T a, T b) { if constexpr (std::is_floating_point_v<T>) return std::fmod(a, b); else return a % b; }
 // Integer powers are exact (squaring, wrapping like torch); negative exponents
 // give 0 except for bases 1 and -1, as in ATen's integer pow.
-// Floating powers take ATen's CPU shortcuts for the common exponents (x*x for
-// 2, sqrt for 0.5, ...): the same bits as ATen, and several times faster than
+// Floating powers take ATen's CPU shortcuts for the common exponents (x for 1,
+// x*x for 2, sqrt for 0.5, ...): the same bits as ATen, and several times faster than
 // std::pow; the exponent is loop-invariant, so the compiler unswitches the loop.
 template <typename T> static inline T vtpu_pow(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
+    if (b == T(1)) return a;  // ATen copies the base for 1 and fills 1 for 0
+    if (b == T(0)) return T(1);
     if (b == T(2)) return a * a;
     if (b == T(0.5)) return std::sqrt(a);
     if (b == T(3)) return a * a * a;

@@ -198,6 +198,27 @@ std::string op_name(const c10::OperatorHandle& op) {
 // tensor's geometry (Python may restride the tensor before the kernel runs);
 // `keep_alive`, when given, holds the device storages (callers that run
 // the kernel later rely on stream order instead; see step 3 below).
+// The positions of the arguments `schema` writes, when each is one defined
+// device tensor small enough to snapshot cheaply (batch norm's running
+// statistics); nullopt when a written argument is a list, optional, None or
+// large. An op without written arguments gives an empty list.
+std::optional<std::vector<std::size_t>> small_written_arguments(const c10::FunctionSchema& schema,
+                                                                const Stack& stack, std::size_t first) {
+  constexpr std::size_t kSnapshotBytes = 64 * 1024;
+  std::vector<std::size_t> positions;
+  std::size_t bytes = 0;
+  const auto& args = schema.arguments();
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].alias_info() || !args[i].alias_info()->isWrite()) continue;
+    const c10::IValue& value = stack[first + i];
+    if (!value.isTensor() || !value.toTensor().defined()) return std::nullopt;
+    bytes += value.toTensor().nbytes();
+    if (bytes > kSnapshotBytes) return std::nullopt;
+    positions.push_back(i);
+  }
+  return positions;
+}
+
 Stack host_arguments(const c10::FunctionSchema& schema, const Stack& stack, std::size_t first,
                      std::vector<c10::Storage>* keep_alive, bool snapshot_cpu_scalars) {
   Stack host;
@@ -425,6 +446,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
 
   bool mutates = false;
   for (const auto& arg : schema.arguments()) mutates |= arg.alias_info() && arg.alias_info()->isWrite();
+  const std::optional<std::vector<std::size_t>> restorable = small_written_arguments(schema, *stack, first);
   if (fresh.empty() && !mutates) {
     // Pure view op: nothing to compute.
     stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
@@ -439,8 +461,14 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   // depth of the queue.
   Stack host = host_arguments(schema, *stack, first, nullptr, true);
   std::optional<c10::OperatorHandle> out_op;
-  if (all_fresh_single_tensors && !mutates && !fresh.empty() && !unusable_out_variants().contains(op))
+  // An op that also writes arguments (batch norm's running statistics) may use
+  // its out= variant only if those writes can be undone when the out= call has
+  // to be abandoned and the functional op run instead: small written
+  // arguments are snapshotted before the out= call and restored then.
+  if (all_fresh_single_tensors && (!mutates || restorable) && !fresh.empty() &&
+      !unusable_out_variants().contains(op))
     out_op = find_out_variant(op);
+  std::vector<std::size_t> written_positions = out_op && mutates ? *restorable : std::vector<std::size_t>{};
   std::vector<at::Tensor> fresh_host;
   for (const at::Tensor& t : fresh) fresh_host.push_back(cpu_alias(t));
   Stack out_host;
@@ -450,7 +478,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   }
   context.launch([op, out_op, host = std::move(host), out_host = std::move(out_host),
                   fresh_host = std::move(fresh_host), fresh_slots = std::move(fresh_slots),
-                  name]() mutable {
+                  written_positions = std::move(written_positions), name]() mutable {
     try {
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
       if (out_op) {
@@ -461,6 +489,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         // functional op into temporaries and copy, and stop using out= for it.
         std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> promised;
         for (const at::Tensor& t : fresh_host) promised.emplace_back(t.sizes().vec(), t.strides().vec());
+        std::vector<at::Tensor> written_before;
+        for (std::size_t position : written_positions) written_before.push_back(host[position].toTensor().clone());
         bool kept_geometry = true;
         try {
           out_op->callBoxed(out_host);
@@ -473,6 +503,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
                           fresh_host[i].strides() == c10::IntArrayRef(promised[i].second);
         if (kept_geometry) return maybe_corrupt(name, fresh_host);
         unusable_out_variants().add(op);
+        for (std::size_t i = 0; i < written_positions.size(); ++i)
+          host[written_positions[i]].toTensor().copy_(written_before[i]);
         for (std::size_t i = 0; i < fresh_host.size(); ++i)
           fresh_host[i].unsafeGetTensorImpl()->set_sizes_and_strides(promised[i].first, promised[i].second,
                                                                      fresh_host[i].storage_offset());

@@ -166,6 +166,37 @@ def test_composites_kept_whole_reach_the_graph_and_run_as_in_eager(tmp_path):
         torch.testing.assert_close(p.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-5)
 
 
+
+def test_safe_softmax_of_attention_stays_whole_and_off_the_host_path(tmp_path):
+    """The math SDPA's `_safe_softmax` is kept whole (decompositions.EAGER_COMPOSITE_WHOLE):
+    its decomposition would put `any` and the -inf comparison on ATen's CPU kernels.
+    A fully masked query row must still come out as zeros, as on the CPU."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 8, 16) for _ in range(3))
+    mask = torch.ones(8, 8, dtype=torch.bool).tril()
+    mask[3] = False  # row 3 attends to nothing
+
+    def attend(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    cpu_inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    expected = attend(*cpu_inputs, mask)
+    expected.square().sum().backward()
+    device_inputs = [t.to("vtpu").requires_grad_() for t in (q, k, v)]
+    torch_vtpu.reset_metrics()
+    compiled = torch.compile(attend, backend="vtpu", options={"dump_dir": str(tmp_path)})
+    out = compiled(*device_inputs, mask.to("vtpu"))
+    out.square().sum().backward()
+    torch.vtpu.synchronize()
+    host_ops = torch_vtpu.metrics()["host_fallback_ops"]
+    assert set(host_ops) <= {"aten::bmm.out"}, host_ops
+    programs = "".join(p.read_text() for p in tmp_path.glob("*.program.py"))
+    assert "_safe_softmax" in programs
+    assert torch.equal(out.cpu()[:, :, 3], torch.zeros(2, 4, 16))
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-6)
+    for mine, ref in zip(device_inputs, cpu_inputs):
+        torch.testing.assert_close(mine.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-5)
+
 # ---- training parity -------------------------------------------------------------------
 
 

@@ -47,6 +47,26 @@ def test_batch_norm_training_updates_running_stats_each_call():
     torch.testing.assert_close(dev.running_var.cpu(), bn.running_var, rtol=1e-5, atol=1e-6)
 
 
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_functional_batch_norm_writes_running_stats_once_per_call(memory_format):
+    """`_native_batch_norm_legit` (the form compiled graphs call) writes its
+    running statistics and returns fresh tensors: the host path runs it through
+    its out= variant, snapshotting the statistics in case the out= call has to
+    be abandoned; either way each call must update them exactly once."""
+    torch.manual_seed(0)
+    weight, bias = torch.randn(4), torch.randn(4)
+    mean, var = torch.zeros(4), torch.ones(4)
+    dev = [t.to("vtpu") for t in (weight, bias, mean, var)]
+    for i in range(3):
+        x = (torch.randn(2, 4, 5, 5) * (i + 1)).to(memory_format=memory_format)
+        want = torch.ops.aten._native_batch_norm_legit(x, weight, bias, mean, var, True, 0.1, 1e-5)
+        got = torch.ops.aten._native_batch_norm_legit(x.to("vtpu"), *dev, True, 0.1, 1e-5)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.stride() == w.stride()
+            assert torch.equal(g.cpu(), w)
+    assert torch.equal(dev[2].cpu(), mean) and torch.equal(dev[3].cpu(), var)
+
 def test_out_arguments_are_resized_as_their_first_call_said():
     a = torch.randn(8, 5)
     b = torch.randn(5, 3)

@@ -42,7 +42,14 @@ HOST_KERNEL_WHOLE = (
     aten.native_batch_norm_backward.default,
 )
 
-KEPT_WHOLE = GENERATED_WHOLE + HOST_KERNEL_WHOLE
+# Composites whose eager form on vtpu is a few generated kernels, where the core
+# decomposition reaches the host-kernel path: `_safe_softmax` (the math SDPA's
+# softmax) runs softmax, eq, all (a generated bool amin) and where in eager mode;
+# decomposed, `all` becomes logical_not(any(logical_not(x))) with `any` and the
+# -inf comparison on ATen's CPU kernels, two more kernels per attention layer.
+EAGER_COMPOSITE_WHOLE = (aten._safe_softmax.default,)
+
+KEPT_WHOLE = GENERATED_WHOLE + HOST_KERNEL_WHOLE + EAGER_COMPOSITE_WHOLE
 
 
 def vtpu_decompositions() -> Dict[torch._ops.OperatorBase, Callable]:

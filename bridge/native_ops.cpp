@@ -90,13 +90,16 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK(src_on_device || self.device().is_cpu(), "vtpu: cannot copy from ", self.device());
   TORCH_CHECK(dst_on_device || dst.device().is_cpu(), "vtpu: cannot copy to ", dst.device());
 
-  // Queued kernels hold CPU aliases plus the device storages, never the
-  // caller's tensors: dropping a Python-owned tensor on the worker would need the GIL.
+  // Queued kernels hold CPU aliases, never the caller's tensors (dropping a
+  // Python-owned tensor on the worker would need the GIL) nor the device
+  // storages: as on the host-kernel path, a block Python drops goes back to the
+  // allocator at once and is reused only by work queued behind this copy
+  // (stream-ordered reuse). Holding the storage freed it whenever the stream
+  // got to the task, so peak memory and buffer reuse (which fused windows see)
+  // depended on timing.
   if (src_on_device && dst_on_device) {
     if (launch_generated_copy(dst, self)) return dst;
-    context.launch([src = cpu_alias(self), to = cpu_alias(dst), keep = std::make_pair(self.storage(), dst.storage())]() mutable {
-      to.copy_(src);
-    });
+    context.launch([src = cpu_alias(self), to = cpu_alias(dst)]() mutable { to.copy_(src); });
     return dst;
   }
   if (src_on_device) {
@@ -115,7 +118,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   if (nbytes <= kQueuedUploadLimit || non_blocking) {
     // The caller may overwrite its tensor as soon as we return: queue a snapshot.
     at::Tensor snapshot = self.clone();
-    context.launch([snapshot, to = cpu_alias(dst), keep = dst.storage()]() mutable { to.copy_(snapshot); });
+    context.launch([snapshot, to = cpu_alias(dst)]() mutable { to.copy_(snapshot); });
     return dst;
   }
   context.synchronize("large_upload");
@@ -178,7 +181,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   context.metrics().count_op();
   if (self.numel() == 0) return self;
   if (launch_generated_fill(self, value)) return self;
-  context.launch([alias = cpu_alias(self), keep = self.storage(), value]() mutable { alias.fill_(value); });
+  context.launch([alias = cpu_alias(self), value]() mutable { alias.fill_(value); });
   return self;
 }
 
@@ -187,7 +190,7 @@ at::Tensor& zero(at::Tensor& self) {
   context.metrics().count_op();
   if (self.numel() == 0) return self;
   if (launch_generated_fill(self, 0)) return self;
-  context.launch([alias = cpu_alias(self), keep = self.storage()]() mutable { alias.zero_(); });
+  context.launch([alias = cpu_alias(self)]() mutable { alias.zero_(); });
   return self;
 }
 

@@ -283,7 +283,11 @@ void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::siz
   count_generated_launches(1);
   std::vector<const void*> reads, writes;
   for (const Geometry& g : loaded) reads.push_back(g.storage);
-  for (const auto& [g, position] : written) writes.push_back(g.storage);
+  // Only stored buffers: a dead store's block is not touched by this kernel,
+  // and a later chain may reuse it in the same batch.
+  for (std::size_t i = 0; i < written.size(); ++i)
+    if (std::find(outputs.begin(), outputs.end(), written[i].second) != outputs.end())
+      writes.push_back(written[i].first.storage);
   batch.add(KernelLaunch{fn, static_cast<std::int64_t>(sizes.size()), std::move(args), std::move(scalars)}, numel,
             std::move(reads), std::move(writes));
 }
@@ -305,6 +309,7 @@ void LaunchBatch::add(KernelLaunch launch, std::int64_t elements, std::vector<co
     return;
   }
   launches_.push_back(std::move(launch));
+  elements_ += elements;
 }
 
 void LaunchBatch::enqueue() {
@@ -320,6 +325,7 @@ void LaunchBatch::enqueue() {
   launches_.clear();
   reads_.clear();
   writes_.clear();
+  elements_ = 0;
 }
 
 }  // namespace vtpu::bridge::fused

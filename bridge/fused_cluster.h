@@ -78,11 +78,14 @@ class LaunchBatch {
   void add(KernelLaunch launch, std::int64_t elements, std::vector<const void*> reads,
            std::vector<const void*> writes);
   void enqueue();  // queues what was added (one task), then starts afresh
+  bool empty() const { return launches_.empty(); }
+  std::int64_t elements() const { return elements_; }  // summed over the launches added
   ~LaunchBatch() { enqueue(); }
 
  private:
   std::vector<KernelLaunch> launches_;
   std::vector<const void*> reads_, writes_;
+  std::int64_t elements_ = 0;
 };
 
 // Launches cluster `index` of the window `ops` at a flush: one fused kernel

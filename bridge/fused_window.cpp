@@ -24,11 +24,14 @@ using fused::tensor_operands;
 // a deterministic flush point.
 constexpr std::size_t kMaxOpsPerCluster = 48;
 constexpr std::size_t kMaxWindowOps = 1024;
+// Elements of the chain kernels held for one stream task (end_chain).
+constexpr std::int64_t kHeldElementLimit = std::int64_t{1} << 20;
 
 class Window {
  public:
   void record(WindowOp op);
   void flush(const char* reason, bool count);
+  void end_chain();
   FusionStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
@@ -40,10 +43,17 @@ class Window {
 
  private:
   std::size_t choose_cluster(const WindowOp& op, const std::vector<Geometry>& geometries, bool& joins);
-  void flush_locked(std::vector<WindowOp>& released);
+  // Launches the clusters; `hold` keeps their kernels in held_ (end_chain)
+  // instead of queueing them.
+  void flush_locked(std::vector<WindowOp>& released, bool hold = false);
 
   std::mutex mutex_;
   std::vector<WindowOp> ops_;
+  // Kernels of the chains a compiled program ended since the last flush:
+  // queued as one batch at the next flush, which any launch, synchronize,
+  // memory release or mode change triggers (the window stays pending), so
+  // they keep their place in the stream's order.
+  fused::LaunchBatch held_;
   std::vector<Cluster> clusters_;
   UseMap uses_;
   std::vector<Geometry> scratch_geometries_;  // reused by record()
@@ -200,28 +210,46 @@ void Window::flush(const char* reason, bool count) {
   std::vector<WindowOp> released;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (ops_.empty()) return;
-    if (count) DeviceContext::get().metrics().count_sync(reason);
+    if (ops_.empty() && held_.empty()) return;
+    if (count && !ops_.empty()) DeviceContext::get().metrics().count_sync(reason);
     flush_locked(released);
   }
 }
 
-void Window::flush_locked(std::vector<WindowOp>& released) {
+// A chain's end: its clusters are final (no later op joins them, so a later
+// chain's temporaries on blocks this chain freed do not relate the two, and
+// this chain's dropped temporaries are dead stores), but their kernels wait
+// in held_ and share one stream task with the chains after them.
+void Window::end_chain() {
+  std::vector<WindowOp> released;
   {
-    fused::LaunchBatch batch;  // queued, at the latest, when it goes out of scope
-    for (std::size_t k = 0; k < clusters_.size(); ++k)
-      if (!clusters_[k].ops.empty()) fused::launch_cluster(ops_, clusters_[k], k, uses_, stats_, batch);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ops_.empty()) return;
+    DeviceContext::get().metrics().count_sync("graph_chain");
+    flush_locked(released, /*hold=*/true);
   }
+}
+
+void Window::flush_locked(std::vector<WindowOp>& released, bool hold) {
+  for (std::size_t k = 0; k < clusters_.size(); ++k)
+    if (!clusters_[k].ops.empty()) fused::launch_cluster(ops_, clusters_[k], k, uses_, stats_, held_);
+  // Held kernels go out once there is enough work for a task: the device
+  // then runs them while the program records the next chains.
+  if (!hold || held_.elements() >= kHeldElementLimit) held_.enqueue();
   released = std::move(ops_);
   ops_.clear();
   clusters_.clear();
   uses_.clear();
-  DeviceContext::get().set_window_pending(false);
+  DeviceContext::get().set_window_pending(!held_.empty());
 }
 
 void flush_hook(const char* reason, bool count) { window().flush(reason, count); }
 
 }  // namespace
+
+void end_fused_chain() {
+  if (fused_recording_active()) window().end_chain();
+}
 
 bool fused_recording_active() {
   DeviceContext& context = DeviceContext::get();

@@ -68,6 +68,12 @@ struct WindowOp {
 bool fused_recording_active();
 void record_in_window(WindowOp op);
 
+// A compiled program's chain boundary (torch_vtpu/compiler/schedule.py): the
+// window's clusters are closed and their kernels built, but queued only at
+// the next flush, batched with the chains after them. No-op outside fused
+// recording.
+void end_fused_chain();
+
 struct FusionStats {
   std::uint64_t fused_kernels = 0;                      // launches of multi-op kernels
   std::map<std::uint64_t, std::uint64_t> ops_per_kernel;  // ops -> fused launches

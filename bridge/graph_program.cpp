@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include "fused_window.h"
+
 namespace py = pybind11;
 
 namespace vtpu::bridge {
@@ -33,7 +35,7 @@ struct ArgSpec {
 };
 
 struct Instruction {
-  enum Kind { kCall, kGetItem, kRelease } kind = kCall;
+  enum Kind { kCall, kGetItem, kRelease, kEndChain } kind = kCall;
   const c10::OperatorHandle* op = nullptr;
   std::size_t returns = 0;
   std::vector<ArgSpec> args;
@@ -100,7 +102,8 @@ ArgSpec parse_arg(const py::handle& spec, const c10::Argument& schema_arg) {
 class GraphProgram {
  public:
   // `instructions`: ("call", "aten::name", "overload", [positional specs],
-  // {keyword: spec}, out_slot) | ("getitem", src, index, out) | ("release", slot).
+  // {keyword: spec}, out_slot) | ("getitem", src, index, out) | ("release", slot)
+  // | ("end_chain",): fused mode's chain boundary (fused_window.h).
   GraphProgram(int slots, int inputs, const py::list& instructions, std::vector<int> outputs)
       : slot_count_(static_cast<std::size_t>(slots)), inputs_(inputs), outputs_(std::move(outputs)) {
     for (const py::handle& item : instructions) {
@@ -142,6 +145,8 @@ class GraphProgram {
       } else if (kind == "release") {
         ins.kind = Instruction::kRelease;
         ins.src = t[1].cast<int>();
+      } else if (kind == "end_chain") {
+        ins.kind = Instruction::kEndChain;
       } else {
         throw std::invalid_argument("unknown instruction " + kind);
       }
@@ -189,6 +194,9 @@ class GraphProgram {
         }
         case Instruction::kRelease:
           values[static_cast<std::size_t>(ins.src)] = c10::IValue();
+          break;
+        case Instruction::kEndChain:
+          end_fused_chain();
           break;
       }
     }

@@ -123,6 +123,8 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "vTPU torch bridge";
   register_graph_program(m);
   m.def("_synchronize", [] { guarded([] { synchronize_device(); }); });
+  // A compiled program's chain boundary (torch_vtpu/compiler/schedule.py).
+  m.def("_end_fused_chain", [] { guarded([] { end_fused_chain(); }); });
   m.def("_get_mode", [] { return std::string(mode_name(DeviceContext::get().mode())); });
   m.def("_set_mode", [](const std::string& name) { guarded([&] {
     Mode mode;

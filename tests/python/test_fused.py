@@ -406,3 +406,40 @@ def test_opinfo_samples_fused_equal_strict_bitwise(op):
         torch.testing.assert_close(fused.cpu(), strict.cpu(), rtol=0, atol=0, equal_nan=True)
         checked += 1
     assert checked > 0, f"{op.name}: no sample could be compared"
+
+
+def _two_chains(x, w):
+    t = (x * 2).exp()
+    a = t + 1
+    del t
+    _C._end_fused_chain()  # a compiled program's chain boundary
+    u = (a * 3).sin()  # its temporaries may reuse t's block
+    b = u - 1
+    del u
+    _C._end_fused_chain()
+    return a, b, b @ w  # the matmul flushes: the held kernels run first
+
+
+def test_chain_ends_keep_kernels_until_the_next_flush_and_drop_dead_temporaries():
+    x = torch.randn(32, 32).to("vtpu")
+    w = torch.randn(32, 8).to("vtpu")
+    (a, b, c), m = _steady_metrics(_two_chains, x, w)
+    expected = _in_strict(_two_chains, x, w)
+    for got, want in zip((a, b, c), expected):
+        assert torch.equal(got.cpu(), want.cpu())
+    # Two closed chains, one kernel each, and neither temporary stored: the
+    # second chain's reuse of t's block does not make t's store live.
+    assert m["syncs"].get("graph_chain") == 2, m
+    assert m["fused_kernels"] == 2 and m["ops_per_fused_kernel"] == {3: 2}, m
+    assert m["dead_stores_skipped"] == 2, m
+
+
+def test_chain_end_outside_fused_mode_does_nothing():
+    x = torch.randn(16).to("vtpu")
+    with torch_vtpu.mode("strict"):
+        torch_vtpu.reset_metrics()
+        y = x + 1
+        _C._end_fused_chain()
+        torch.vtpu.synchronize()
+    assert torch.equal(y.cpu(), x.cpu() + 1)
+    assert "graph_chain" not in torch_vtpu.metrics()["syncs"]

@@ -80,8 +80,12 @@ def _liveness(order: Sequence[fx.Node], memory_planning: bool):
     return position, returned, last_use, release_after
 
 
-def generate(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: bool) -> Program:
+def generate(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: bool,
+             chain_ends: Sequence[int] = ()) -> Program:
+    """`chain_ends`: positions in `order` after which (and after the values
+    that die there) fused mode's window closes its clusters (schedule.chain_ends)."""
     emit = _Emitter()
+    ends = set(chain_ends)
     names: Dict[fx.Node, str] = {}
     output = order[-1]
     assert output.op == "output"
@@ -119,6 +123,8 @@ def generate(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: bool
             lines.append(f"    del {name}")
         for dead in release_after.get(position[n], ()):
             lines.append(f"    del {names[dead]}")
+        if position[n] in ends:
+            lines.append(f"    {emit.bind(_end_fused_chain, 'end_fused_chain')}()")
     lines.append(f"    return {emit.expr(output.args[0], names)}")
     source = "\n".join(lines) + "\n"
     scope = dict(emit.globals)
@@ -134,7 +140,14 @@ class _Unsupported(Exception):
     """The graph holds something the native program does not express."""
 
 
-def build_native(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: bool) -> Optional[Callable]:
+def _end_fused_chain() -> None:
+    from .. import _C
+
+    _C._end_fused_chain()
+
+
+def build_native(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: bool,
+                 chain_ends: Sequence[int] = ()) -> Optional[Callable]:
     """The scheduled graph as a native program (bridge/graph_program.cpp): the
     same calls, in the same order, with the same releases as generate()'s
     Python function, but no Python frame or argument parsing per op. None
@@ -146,12 +159,12 @@ def build_native(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: 
     if program_type is None:
         return None
     try:
-        return _native(gm, order, memory_planning, program_type)
+        return _native(gm, order, memory_planning, program_type, set(chain_ends))
     except (_Unsupported, ValueError, TypeError, RuntimeError):
         return None
 
 
-def _native(gm, order, memory_planning, program_type) -> Callable:
+def _native(gm, order, memory_planning, program_type, ends) -> Callable:
     slots: Dict[fx.Node, int] = {}
     constants: Dict[fx.Node, Any] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -209,6 +222,8 @@ def _native(gm, order, memory_planning, program_type) -> Callable:
             release(n)
         for dead in release_after.get(position[n], ()):
             release(dead)
+        if position[n] in ends:
+            instructions.append(("end_chain",))
     result = output.args[0]
     items = result if isinstance(result, (list, tuple)) else [result]
     if not all(r is None or (isinstance(r, fx.Node) and r in slots) for r in items):

@@ -13,7 +13,7 @@ from .. import _C
 from . import passes
 from .codegen import Program, build_native, generate, has_only_functions
 from .options import CompileOptions
-from .schedule import schedule
+from .schedule import chain_ends, schedule
 
 _lock = threading.Lock()
 _counters: Dict[str, Any] = {}
@@ -51,8 +51,11 @@ class CompiledGraph:
         if has_only_functions(gm):
             self.rewrites = passes.rewrite(gm)
             order = schedule(gm.graph) if options.schedule else list(gm.graph.nodes)
-            self.program = generate(gm, order, options.memory_planning)
-            native = build_native(gm, order, options.memory_planning) if options.native else None
+            # Chain boundaries matter only when temporaries die early (their
+            # blocks are then reused by the next chain).
+            ends = chain_ends(order) if options.schedule and options.memory_planning else []
+            self.program = generate(gm, order, options.memory_planning, ends)
+            native = build_native(gm, order, options.memory_planning, ends) if options.native else None
             self.native = native is not None
             self._run = native if native is not None else self.program.fn
         else:  # modules or methods left in the graph: FX's own code runs it

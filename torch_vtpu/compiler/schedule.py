@@ -228,3 +228,71 @@ def schedule(graph: fx.Graph) -> List[fx.Node]:
     if len(order) != len(nodes):  # only a cyclic graph gets here; FX graphs are not
         raise RuntimeError("vtpu compiler: the graph's dependencies form a cycle")
     return order + output
+
+
+def chain_ends(order: List[fx.Node]) -> List[int]:
+    """Positions in `order` after which fused mode's window should close its
+    clusters (an ``end_chain`` of the program): where, within one run of
+    window work, a chain that writes a graph input back (an optimizer
+    step's parameter or state, a running statistic) is complete and the next
+    window node is unrelated to it. Without the boundary the next chain's
+    temporaries, on the blocks this chain just freed, relate the two chains'
+    clusters in the window: they merge, and neither chain's dropped
+    temporaries are dead stores any more. The closed kernels still share one
+    stream task with the chains after them.
+
+    Chains are the connected components of the data edges between device
+    nodes; CPU scalars (bias corrections shared by every parameter) and
+    graph inputs do not connect them."""
+    parent: Dict[fx.Node, fx.Node] = {}
+
+    def find(n: fx.Node) -> fx.Node:
+        root = n
+        while parent.get(root, root) is not root:
+            root = parent[root]
+        while parent.get(n, n) is not root:
+            parent[n], n = root, parent[n]
+        return root
+
+    def on_device(n: fx.Node) -> bool:
+        value = n.meta.get("val")
+        values = value if isinstance(value, (list, tuple)) else [value]
+        return any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in values)
+
+    copies = epilogue_copies(order[:-1])
+    connecting = [n for n in order if n.op == "call_function" and on_device(n)]
+    members = set(connecting)
+    for n in connecting:
+        for d in n.all_input_nodes:
+            if d in members:
+                a, b = find(n), find(d)
+                if a is not b:
+                    parent[a] = b
+
+    ends: List[int] = []
+    run: List[int] = []  # positions of window nodes in the current run
+
+    def close_run() -> None:
+        last: Dict[fx.Node, int] = {}
+        writes_back = set()
+        for i in run:
+            root = find(order[i])
+            last[root] = i
+            if order[i] in copies and on_device(order[i]):
+                writes_back.add(root)
+        open_roots: set = set()
+        for i in run[:-1]:
+            open_roots.add(find(order[i]))
+            if all(last[r] <= i for r in open_roots) and open_roots & writes_back:
+                ends.append(i)
+                open_roots = set()
+        run.clear()
+
+    for i, n in enumerate(order[:-1]):
+        klass = WINDOW if n in copies else order_class(n)
+        if klass == BARRIER:
+            close_run()
+        elif klass == WINDOW:
+            run.append(i)
+    close_run()
+    return ends

@@ -506,7 +506,8 @@ def test_random_and_in_place_ops_keep_their_order():
 
 def _adamw_params(n: int):
     g = torch.Generator().manual_seed(11)
-    shapes = [(48, 48) if i % 2 == 0 else (48, 12) for i in range(n)]
+    # Above schedule._CHAIN_END_MIN_ELEMENTS: each chain is closed on its own.
+    shapes = [(96, 96) if i % 2 == 0 else (96, 48) for i in range(n)]
     return [torch.randn(s, generator=g) for s in shapes], [torch.randn(s, generator=g) for s in shapes]
 
 

@@ -230,6 +230,17 @@ def schedule(graph: fx.Graph) -> List[fx.Node]:
     return order + output
 
 
+# A chain end pays off in memory traffic (its temporaries are not stored);
+# for tiny write-backs (a BatchNorm's num_batches_tracked) that is nothing,
+# and the extra kernel launch is what remains.
+_CHAIN_END_MIN_ELEMENTS = 4096
+
+
+def _numel(node: fx.Node) -> int:
+    value = node.meta.get("val")
+    return value.numel() if isinstance(value, torch.Tensor) else 0
+
+
 def chain_ends(order: List[fx.Node]) -> List[int]:
     """Positions in `order` after which fused mode's window should close its
     clusters (an ``end_chain`` of the program): where, within one run of
@@ -239,7 +250,8 @@ def chain_ends(order: List[fx.Node]) -> List[int]:
     temporaries, on the blocks this chain just freed, relate the two chains'
     clusters in the window: they merge, and neither chain's dropped
     temporaries are dead stores any more. The closed kernels still share one
-    stream task with the chains after them.
+    stream task with the chains after them. Write-backs under
+    _CHAIN_END_MIN_ELEMENTS elements do not end a chain.
 
     Chains are the connected components of the data edges between device
     nodes; CPU scalars (bias corrections shared by every parameter) and
@@ -278,7 +290,7 @@ def chain_ends(order: List[fx.Node]) -> List[int]:
         for i in run:
             root = find(order[i])
             last[root] = i
-            if order[i] in copies and on_device(order[i]):
+            if order[i] in copies and on_device(order[i]) and _numel(order[i]) >= _CHAIN_END_MIN_ELEMENTS:
                 writes_back.add(root)
         open_roots: set = set()
         for i in run[:-1]:

@@ -485,6 +485,41 @@ def test_schedule_groups_elementwise_work_into_fewer_windows():
     assert flushes[True] < flushes[False], flushes
 
 
+def test_schedule_defers_elementwise_work_to_the_window_of_its_users():
+    w = torch.randn(32, 32)
+
+    def fn(x):
+        a = x.exp()  # ready at once, but read only after the matmul
+        return (x @ w_device) * a + 1
+
+    w_device = w.to("vtpu")
+    x = torch.randn(32, 32)
+    kernels, values = {}, {}
+    with torch_vtpu.mode("fused"):
+        for schedule in (True, False):
+            torch._dynamo.reset()
+            f = torch.compile(fn, backend="vtpu", options={"schedule": schedule})
+            for _ in range(2):
+                kept = f(x.to("vtpu"))  # a result nobody holds is never computed
+                torch.vtpu.synchronize()
+                torch_vtpu._C._wait_for_fusion_compiles()
+                del kept
+            d = x.to("vtpu")
+            torch.vtpu.synchronize()
+            torch_vtpu.reset_metrics()
+            values[schedule] = f(d).cpu()
+            kernels[schedule] = torch_vtpu.metrics()
+    assert torch.equal(values[True], values[False])
+    torch.testing.assert_close(values[True], (x @ w) * x.exp() + 1, rtol=1e-5, atol=1e-5)
+    # Issued in the first window, exp would be a kernel of its own storing
+    # `a`; deferred past the matmul it fuses with its users and `a` is never
+    # stored: the matmul and one 3-op kernel.
+    scheduled, program_order = kernels[True], kernels[False]
+    assert scheduled["kernels_launched"] == 2, scheduled
+    assert scheduled["ops_per_fused_kernel"] == {3: 1}, scheduled
+    assert program_order["kernels_launched"] == 3, program_order
+
+
 def test_random_and_in_place_ops_keep_their_order():
     def fn(x, buf):
         a = torch.rand_like(x)

@@ -11,6 +11,11 @@ run, so an unrolled optimizer step (passes.py) records parameter after
 parameter, each parameter's chain fuses into one kernel and its temporaries
 die at once, instead of every op running over all parameters in turn.
 
+A ready elementwise node whose every use lies beyond the next barrier phase
+(RMSNorm-backward's pow of a saved statistic, whose users wait for a
+reduction) is deferred to the window of its users: issued at once it would be
+a kernel of its own and store a value only those users read.
+
 Dependencies are kept exactly; side effects are not reordered: a node that
 mutates an input, draws random numbers or is not an ATen op is a fence that
 every earlier node runs before and every later node after. The exception is
@@ -172,6 +177,7 @@ def schedule(graph: fx.Graph) -> List[fx.Node]:
     # earlier node, and every later node waits for the fence.
     waiting: Dict[fx.Node, int] = {}
     users: Dict[fx.Node, List[fx.Node]] = {n: [] for n in nodes}
+    preds: Dict[fx.Node, List[fx.Node]] = {}
     last_fence = None
     since_fence: List[fx.Node] = []
     for n in nodes:
@@ -186,6 +192,7 @@ def schedule(graph: fx.Graph) -> List[fx.Node]:
         else:
             since_fence.append(n)
         waiting[n] = len(deps)
+        preds[n] = list(deps)
         for d in deps:
             users[d].append(n)
     # Two ready queues: window work (free and elementwise nodes, in demand
@@ -216,9 +223,74 @@ def schedule(graph: fx.Graph) -> List[fx.Node]:
             if waiting[u] == 0:
                 make_ready(u)
 
+    def deferrable() -> set:
+        """Ready elementwise nodes whose every use lies beyond the next barrier
+        phase: issued now they would be a kernel of their own (their users
+        record into a later window) and store a value only those users read;
+        deferred, they join their users' window and fuse with them."""
+        reach: set = set()  # what this window phase can issue
+        pending = dict()
+        stack = [by_name[item[2]] for item in ready_window]
+        while stack:
+            n = stack.pop()
+            reach.add(n)
+            for u in users[n]:
+                if klass(u) == BARRIER:
+                    continue
+                pending[u] = pending.get(u, waiting[u]) - 1
+                if pending[u] == 0:
+                    stack.append(u)
+        deferred: set = set()
+
+        def needed_now(n: fx.Node) -> bool:
+            # A sink (a graph result), a barrier's input or an input of
+            # work issued in this phase; free users (views) are looked through.
+            if not users[n]:
+                return True
+            for u in users[n]:
+                if klass(u) == BARRIER:
+                    return True
+                if u in reach and (klass(u) == WINDOW or needed_now(u)):
+                    return True
+            return False
+
+        work = list(reach)
+        while work:
+            n = work.pop()
+            if n not in reach:
+                continue
+            if klass(n) != WINDOW:
+                work.extend(d for d in preds[n] if d in reach)  # free: its inputs decide
+                continue
+            if needed_now(n):
+                continue
+            # n and everything issued after it wait for the next phase; the
+            # inputs of what left may no longer be needed now either.
+            deferred.add(n)
+            stack = [n]
+            while stack:
+                m = stack.pop()
+                if m in reach:
+                    reach.discard(m)
+                    stack.extend(users[m])
+                    work.extend(d for d in preds[m] if d in reach)
+        return deferred
+
     while ready_window or ready_barrier:
+        later = deferrable()
+        held: List[tuple] = []
         while ready_window:
-            issue(heapq.heappop(ready_window)[2])
+            item = heapq.heappop(ready_window)
+            if by_name[item[2]] in later:
+                held.append(item)
+            else:
+                issue(item[2])
+        if held and not ready_barrier:
+            for item in held:  # nothing else can run: issue them after all
+                issue(item[2])
+            held = []
+        for item in held:
+            heapq.heappush(ready_window, item)
         while ready_barrier:
             issue(heapq.heappop(ready_barrier)[2])
             # Free nodes a barrier enables (the getitems of its tuple result, views

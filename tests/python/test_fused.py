@@ -443,3 +443,21 @@ def test_chain_end_outside_fused_mode_does_nothing():
         torch.vtpu.synchronize()
     assert torch.equal(y.cpu(), x.cpu() + 1)
     assert "graph_chain" not in torch_vtpu.metrics()["syncs"]
+
+
+@pytest.mark.parametrize("flush_by", ["host_read", "mode_change", "empty_cache"])
+def test_held_chain_kernels_run_before_any_flush_point(flush_by):
+    x = torch.randn(64, 64)
+    d = x.to("vtpu")
+    torch.vtpu.synchronize()
+    y = (d * 2).exp() + 1
+    _C._end_fused_chain()  # y's kernel is built and held, not queued
+    if flush_by == "host_read":
+        got = y.cpu()
+    elif flush_by == "mode_change":
+        torch_vtpu.set_mode("strict")
+        got = (y * 1).cpu()
+    else:
+        torch.vtpu.empty_cache()
+        got = y.cpu()
+    assert torch.equal(got, _in_strict(lambda t: ((t * 2).exp() + 1).cpu(), d))

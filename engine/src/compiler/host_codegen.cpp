@@ -1,6 +1,7 @@
 #include "vtpu/compiler/host_codegen.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -344,6 +345,29 @@ class Emitter {
   }
 
   void emit_body(std::ostringstream& s, int num_outputs) {
+    emit_values(
+        s,
+        [&](int position, DType dtype) {
+          const int t = num_outputs + position;
+          return "*reinterpret_cast<const " + std::string(storage_type(dtype)) + "*>(c.p" + std::to_string(t) +
+                 " + o" + std::to_string(t) + " * " + std::to_string(ir::itemsize(dtype)) + ")";
+        },
+        [](const ir::Node&) { return false; });
+    for (int k = 0; k < num_outputs; ++k) {
+      const ir::ValueId id = graph_.outputs()[static_cast<std::size_t>(k)];
+      const DType dt = graph_.type(id).dtype;
+      s << "  *reinterpret_cast<" << storage_type(dt) << "*>(c.p" << k << " + o" << k << " * " << ir::itemsize(dt)
+        << ") = vtpu_store_t<" << storage_type(dt) << ">::of(" << value(id) << ");\n";
+    }
+  }
+
+ public:
+  // The statements that compute every node except those `skip` names into
+  // v<id> (compute type): Inputs from `load(position, dtype)` (an lvalue of
+  // the input's storage type), Constants and run-time attributes from
+  // c.scalars in launch_scalars() order.
+  void emit_values(std::ostringstream& s, const std::function<std::string(int, DType)>& load,
+                   const std::function<bool(const ir::Node&)>& skip) const {
     int scalar_index = 0;
     const auto& inputs = graph_.inputs();
     std::vector<bool> consumed(graph_.nodes().size(), false);
@@ -352,14 +376,13 @@ class Emitter {
     for (std::size_t i = 0; i < graph_.nodes().size(); ++i) {
       const auto id = static_cast<ir::ValueId>(i);
       const ir::Node& node = graph_.nodes()[i];
+      if (skip(node)) continue;
       const char* out_ct = compute_type_name(node.type.dtype);
       if (node.op == OpKind::Input) {
         int position = 0;
         while (inputs[static_cast<std::size_t>(position)] != id) ++position;
-        const int t = num_outputs + position;
-        s << "  const " << out_ct << " " << value(id) << " = static_cast<" << out_ct << ">(vtpu_load(*reinterpret_cast<const "
-          << storage_type(node.type.dtype) << "*>(c.p" << t << " + o" << t << " * " << ir::itemsize(node.type.dtype)
-          << ")));\n";
+        s << "  const " << out_ct << " " << value(id) << " = static_cast<" << out_ct << ">(vtpu_load("
+          << load(position, node.type.dtype) << "));\n";
         continue;
       }
       if (node.op == OpKind::Constant) {
@@ -382,14 +405,9 @@ class Emitter {
           << ");\n";
       }
     }
-    for (int k = 0; k < num_outputs; ++k) {
-      const ir::ValueId id = graph_.outputs()[static_cast<std::size_t>(k)];
-      const DType dt = graph_.type(id).dtype;
-      s << "  *reinterpret_cast<" << storage_type(dt) << "*>(c.p" << k << " + o" << k << " * " << ir::itemsize(dt)
-        << ") = vtpu_store_t<" << storage_type(dt) << ">::of(" << value(id) << ");\n";
-    }
   }
 
+ private:
   std::string expression(const ir::Node& node, ir::ValueId id) const {
     const char* ct = compute_type_name(node.common_dtype);
     auto in = [&](int k) { return as(node.inputs[static_cast<std::size_t>(k)], ct); };
@@ -545,6 +563,16 @@ std::vector<double> launch_scalars(const ir::Graph& graph) {
   }
   return scalars;
 }
+
+namespace detail {
+
+void emit_elementwise_values(std::ostringstream& s, const ir::Graph& graph,
+                             const std::function<std::string(int, ir::DType)>& load,
+                             const std::function<bool(const ir::Node&)>& skip) {
+  Emitter(graph).emit_values(s, load, skip);
+}
+
+}  // namespace detail
 
 GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& symbol) {
   for (const auto& node : graph.nodes()) {

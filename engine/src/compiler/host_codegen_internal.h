@@ -1,6 +1,8 @@
 // Shared between the host code generator's files (not a public header).
 #pragma once
 
+#include <functional>
+#include <sstream>
 #include <string>
 
 #include "vtpu/compiler/host_codegen.h"
@@ -16,6 +18,18 @@ const char* storage_type(ir::DType t);
 
 bool host_reduction_supports(ir::OpKind op);
 GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol);
+// One reduction fused with elementwise work over its input's iteration space
+// (host_codegen_fused_reduction.cpp, launch contract there).
+GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& symbol);
+
+// The elementwise kernels' per-element statements (host_codegen.cpp), for
+// generators that fuse elementwise work into their loops: every node except
+// those `skip` names becomes a v<id> variable in its compute type; Inputs
+// read `load(position, dtype)` (an lvalue of the storage type), Constants and
+// run-time attributes c.scalars in launch_scalars() order.
+void emit_elementwise_values(std::ostringstream& s, const ir::Graph& graph,
+                             const std::function<std::string(int, ir::DType)>& load,
+                             const std::function<bool(const ir::Node&)>& skip);
 
 bool host_softmax_supports(ir::OpKind op);
 GeneratedKernel emit_softmax(const ir::Graph& graph, const std::string& symbol);

@@ -34,8 +34,9 @@ bool host_reduction_supports(OpKind op) { return is_reduction_kernel(op); }
 GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol) {
   using runtime::Error;
   using runtime::ErrorKind;
+  // A reduction with elementwise work around it (fused eager's window).
   if (graph.inputs().size() != 1 || graph.outputs().size() != 1 || graph.nodes().size() != 2)
-    throw Error(ErrorKind::kInvalidArgument, "[host codegen] a reduction kernel is one reduction of one input");
+    return emit_fused_reduction(graph, symbol);
   const ir::Node& node = graph.node(graph.outputs()[0]);
   if (!is_reduction_kernel(node.op))
     throw Error(ErrorKind::kInvalidArgument,

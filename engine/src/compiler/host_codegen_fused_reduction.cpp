@@ -1,0 +1,231 @@
+// A reduction (sum, mean, prod, amax, amin) fused with elementwise work over
+// its input's iteration space: fused eager mode's window puts a reduction
+// into the cluster that computes its input (RMSNorm's pow before its mean, a
+// backward's product before its sum), so the input never goes through memory.
+//
+// Launch contract (extends host_codegen.h's): rank = the iteration space's
+// (the reduction input's) rank; tensors = the graph's outputs in order, then
+// its inputs, each described in the iteration space with its own strides
+// (the reduction's output has stride 0 along the reduced dims, as in
+// host_codegen_reduction.cpp). Elementwise outputs are written once per
+// element. Parallel over reduction outputs.
+//
+// Bits: each reduction output accumulates its elements in exactly the order
+// of the single-op reduction kernel (host_codegen_reduction.cpp: rows through
+// vtpu_lanes_reduce, columns in sequential order per output), and each
+// element's value is what the single-op elementwise kernels would have stored
+// (half/bf16 rounded to storage, float kept in float), so the fused kernel
+// gives the bits strict mode gets from the unfused ops.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "host_codegen_internal.h"
+#include "vtpu/compiler/launch_abi.h"
+#include "vtpu/runtime/error.h"
+
+namespace vtpu::compiler::detail {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+
+bool is_fusable_reduction(OpKind op) {
+  return op == OpKind::Sum || op == OpKind::Mean || op == OpKind::Prod || op == OpKind::Amax || op == OpKind::Amin;
+}
+
+}  // namespace
+
+GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& symbol) {
+  // The one reduction, and checks that everything else is elementwise work
+  // over its input's shape.
+  ir::ValueId reduction = -1;
+  for (std::size_t i = 0; i < graph.nodes().size(); ++i) {
+    const ir::Node& node = graph.nodes()[i];
+    if (host_reduction_supports(node.op)) {
+      if (reduction >= 0) refuse(node.op, "a fused reduction kernel holds one reduction");
+      reduction = static_cast<ir::ValueId>(i);
+    }
+  }
+  if (reduction < 0 || !is_fusable_reduction(graph.node(reduction).op))
+    throw runtime::Error(runtime::ErrorKind::kInvalidArgument, "[host codegen] no reduction to fuse");
+  const ir::Node& red = graph.node(reduction);
+  const ir::ValueId red_input = red.inputs.at(0);
+  const ir::TensorType& space = graph.type(red_input);
+  const int rank = static_cast<int>(space.rank());
+  if (rank == 0 || rank > kMaxRank) refuse(red.op, "a fused reduction needs an input of rank 1.." + std::to_string(kMaxRank));
+  for (std::size_t i = 0; i < graph.nodes().size(); ++i) {
+    const ir::Node& node = graph.nodes()[i];
+    if (static_cast<ir::ValueId>(i) == reduction || node.op == OpKind::Constant) continue;
+    for (ir::ValueId in : node.inputs)
+      if (in == reduction) refuse(node.op, "reads the reduction it is fused with");
+    if (node.op != OpKind::Input && !ir::is_elementwise(node.op))
+      refuse(node.op, "is not elementwise; a fused reduction's other work must be");
+    if (node.type.sizes != space.sizes) refuse(node.op, "is not in the reduction input's iteration space");
+  }
+  std::vector<bool> reduced(static_cast<std::size_t>(rank), false);
+  const auto dims = red.attrs.get_ints("dims", {});
+  for (std::int64_t d : dims) reduced[static_cast<std::size_t>(d < 0 ? d + rank : d)] = true;
+  if (dims.empty()) reduced.assign(static_cast<std::size_t>(rank), true);
+  int last_reduced = -1;
+  for (int d = 0; d < rank; ++d)
+    if (reduced[static_cast<std::size_t>(d)]) last_reduced = d;
+
+  const auto& outputs = graph.outputs();
+  const int num_outputs = static_cast<int>(outputs.size());
+  const int num_tensors = num_outputs + static_cast<int>(graph.inputs().size());
+  int red_slot = -1;
+  for (int k = 0; k < num_outputs; ++k)
+    if (outputs[static_cast<std::size_t>(k)] == reduction) red_slot = k;
+  if (red_slot < 0) refuse(red.op, "the fused reduction's result must be an output");
+
+  // The accumulator and combine, as host_codegen_reduction.cpp has them.
+  const DType in_dtype = space.dtype;
+  const bool floating = ir::is_floating(red.common_dtype) || ir::is_floating(in_dtype);
+  const bool extremum = red.op == OpKind::Amax || red.op == OpKind::Amin;
+  const std::string acc = !floating ? "int64_t" : extremum ? storage_type(ir::compute_type(in_dtype)) : "double";
+  std::string init, combine;  // combine of a and b, as an expression
+  switch (red.op) {
+    case OpKind::Sum:
+    case OpKind::Mean: init = acc + "(0)"; combine = "a + b"; break;
+    case OpKind::Prod: init = acc + "(1)"; combine = "a * b"; break;
+    case OpKind::Amax: init = floating ? "-INFINITY" : "INT64_MIN"; combine = "vtpu_max(a, b)"; break;
+    default: init = floating ? "INFINITY" : "INT64_MAX"; combine = "vtpu_min(a, b)"; break;
+  }
+  const std::string finish = red.op == OpKind::Mean ? " / static_cast<double>(c.count)" : "";
+  const std::string out_t = storage_type(red.type.dtype);
+  auto slot = [](int t) { return std::to_string(t); };
+
+  std::ostringstream s;
+  s << "namespace ns_" << symbol << " {\nstruct Context {\n";
+  for (int t = 0; t < num_tensors; ++t) s << "  char* p" << t << ";\n";
+  s << "  const double* scalars;\n  int64_t count;\n  int64_t sizes[VTPU_MAX_RANK];\n  int64_t strides["
+    << num_tensors << "][VTPU_MAX_RANK];\n};\n"
+    << "constexpr int kLanes = 32;\n";
+  // element(): one element's elementwise work and stores; returns the value
+  // the reduction accumulates.
+  s << "inline " << acc << " element(const Context& c";
+  for (int t = 0; t < num_tensors; ++t)
+    if (t != red_slot) s << ", int64_t o" << t;
+  s << ") {\n";
+  emit_elementwise_values(
+      s, graph,
+      [&](int position, DType dtype) {
+        const int t = num_outputs + position;
+        return "*reinterpret_cast<const " + std::string(storage_type(dtype)) + "*>(c.p" + slot(t) + " + o" + slot(t) +
+               " * " + std::to_string(ir::itemsize(dtype)) + ")";
+      },
+      [&](const ir::Node& node) { return &node == &red; });
+  for (int k = 0; k < num_outputs; ++k) {
+    if (k == red_slot) continue;
+    const ir::ValueId id = outputs[static_cast<std::size_t>(k)];
+    const DType dt = graph.type(id).dtype;
+    s << "  *reinterpret_cast<" << storage_type(dt) << "*>(c.p" << k << " + o" << k << " * " << ir::itemsize(dt)
+      << ") = vtpu_store_t<" << storage_type(dt) << ">::of(v" << id << ");\n";
+  }
+  s << "  return static_cast<" << acc << ">(v" << red_input << ");\n}\n";
+
+  // Offsets of every tensor for output number `o` (kept-dim coordinates).
+  auto emit_offsets = [&](const std::string& ind, const std::string& index) {
+    s << ind << "int64_t rest = " << index << ";\n";
+    for (int t = 0; t < num_tensors; ++t) s << ind << "int64_t off" << t << " = 0;\n";
+    for (int d = rank - 1; d >= 0; --d) {
+      if (reduced[static_cast<std::size_t>(d)]) continue;
+      s << ind << "const int64_t k" << d << " = rest % c.sizes[" << d << "]; rest /= c.sizes[" << d << "];\n";
+      for (int t = 0; t < num_tensors; ++t) s << ind << "off" << t << " += k" << d << " * c.strides[" << t << "][" << d << "];\n";
+    }
+  };
+  // Loops over the reduced dims in row-major order (all, or all but the
+  // innermost); inside them base<t> is tensor t's offset.
+  auto open_loops = [&](const std::string& ind, bool skip_last) {
+    int depth = 0;
+    std::vector<std::string> base(static_cast<std::size_t>(num_tensors));
+    for (int t = 0; t < num_tensors; ++t) base[static_cast<std::size_t>(t)] = "off" + slot(t);
+    for (int d = 0; d < rank; ++d) {
+      if (!reduced[static_cast<std::size_t>(d)] || (skip_last && d == last_reduced)) continue;
+      s << ind << std::string(2 * depth, ' ') << "for (int64_t r" << d << " = 0; r" << d << " < c.sizes[" << d
+        << "]; ++r" << d << ") {\n";
+      for (int t = 0; t < num_tensors; ++t)
+        base[static_cast<std::size_t>(t)] += " + r" + std::to_string(d) + " * c.strides[" + slot(t) + "][" + std::to_string(d) + "]";
+      ++depth;
+    }
+    const std::string in = ind + std::string(2 * depth, ' ');
+    for (int t = 0; t < num_tensors; ++t) s << in << "const int64_t base" << t << " = " << base[static_cast<std::size_t>(t)] << ";\n";
+    return depth;
+  };
+  auto close_loops = [&](const std::string& ind, int depth) {
+    for (; depth > 0; --depth) s << ind << std::string(2 * (depth - 1), ' ') << "}\n";
+  };
+  auto call = [&](const std::string& step) {  // element() at base<t> + step * st<t>
+    std::string text = "element(c";
+    for (int t = 0; t < num_tensors; ++t)
+      if (t != red_slot) text += ", base" + slot(t) + " + " + step + " * st" + slot(t);
+    return text + ")";
+  };
+  auto store = [&](const std::string& offset, const std::string& value) {
+    return "*reinterpret_cast<" + out_t + "*>(c.p" + slot(red_slot) + " + (" + offset + ") * " +
+           std::to_string(ir::itemsize(red.type.dtype)) + ") = vtpu_store_t<" + out_t + ">::of(" + value + finish + ");";
+  };
+
+  s << "void body(int64_t begin, int64_t end, void* raw) {\n"
+    << "  const Context& c = *static_cast<const Context*>(raw);\n";
+  const bool rows = last_reduced == rank - 1;
+  if (rows) {
+    const std::string last = std::to_string(last_reduced);
+    s << "  for (int64_t o = begin; o < end; ++o) {\n";
+    emit_offsets("    ", "o");
+    s << "    " << acc << " acc = " << init << ";\n";
+    const int depth = open_loops("    ", true);
+    const std::string ind = "    " + std::string(2 * depth, ' ');
+    for (int t = 0; t < num_tensors; ++t) s << ind << "const int64_t st" << t << " = c.strides[" << t << "][" << last << "];\n";
+    s << ind << "const " << acc << " part = vtpu_lanes_reduce<" << acc << ">(c.sizes[" << last << "], " << acc << "("
+      << init << "), [&](int64_t i) { return " << call("i") << "; }, [](" << acc << " a, " << acc << " b) { return "
+      << combine << "; });\n"
+      << ind << "{ const " << acc << " a = acc, b = part; acc = " << combine << "; }\n";
+    close_loops("    ", depth);
+    s << "    " << store("off" + slot(red_slot), "acc") << "\n  }\n";
+  } else {
+    // Columns: groups of up to kLanes neighbouring outputs along the kept
+    // innermost dim, each accumulated in sequential order.
+    const std::string last = std::to_string(rank - 1);
+    s << "  for (int64_t o = begin; o < end;) {\n";
+    emit_offsets("    ", "o");
+    s << "    const int64_t group = std::min<int64_t>({(int64_t)kLanes, c.sizes[" << last << "] - k" << last
+      << ", end - o});\n";
+    for (int t = 0; t < num_tensors; ++t) s << "    const int64_t st" << t << " = c.strides[" << t << "][" << last << "];\n";
+    s << "    " << acc << " lanes[kLanes];\n"
+      << "    for (int l = 0; l < kLanes; ++l) lanes[l] = " << init << ";\n";
+    const int depth = open_loops("    ", false);
+    const std::string ind = "    " + std::string(2 * depth, ' ');
+    s << ind << "for (int l = 0; l < group; ++l) { const " << acc << " a = lanes[l], b = " << call("l")
+      << "; lanes[l] = " << combine << "; }\n";
+    close_loops("    ", depth);
+    s << "    for (int l = 0; l < group; ++l) " << store("off" + slot(red_slot) + " + l * st" + slot(red_slot), "lanes[l]")
+      << "\n    o += group;\n  }\n";
+  }
+  s << "}\n}  // namespace ns_" << symbol << "\n";
+
+  s << "extern \"C\" __attribute__((visibility(\"default\"))) void " << symbol
+    << "(const struct VtpuLaunchArgs* args) {\n"
+    << "  using namespace ns_" << symbol << ";\n"
+    << "  Context c;\n  c.scalars = args->scalars;\n  int64_t outputs = 1; c.count = 1;\n";
+  for (int t = 0; t < num_tensors; ++t)
+    s << "  c.p" << t << " = static_cast<char*>(args->tensors[" << t << "].data);\n";
+  for (int d = 0; d < rank; ++d) {
+    const std::string ds = std::to_string(d);
+    // The sizes of the iteration space: every tensor is described in it;
+    // the reduction's output has the input's size along reduced dims.
+    s << "  c.sizes[" << ds << "] = args->tensors[" << red_slot << "].sizes[" << ds << "];\n";
+    for (int t = 0; t < num_tensors; ++t)
+      s << "  c.strides[" << t << "][" << ds << "] = args->tensors[" << t << "].strides[" << ds << "];\n";
+    s << (reduced[static_cast<std::size_t>(d)] ? "  c.count *= c.sizes[" : "  outputs *= c.sizes[") << ds << "];\n";
+  }
+  s << "  if (outputs <= 0) return;\n"
+    << "  const int64_t grain = c.count > 0 ? (32768 + c.count - 1) / c.count : 32768;\n"
+    << "  if (args->parallel_for != nullptr && outputs > 1 && outputs * c.count > 32768)\n"
+    << "    args->parallel_for(outputs, grain, &body, &c, args->runner);\n"
+    << "  else body(0, outputs, &c);\n}\n";
+  return {symbol, s.str()};
+}
+
+}  // namespace vtpu::compiler::detail

@@ -109,7 +109,7 @@ void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::siz
   const std::size_t rank = cluster.iter_sizes.size();
   // Flatten when every tensor is dense in the iteration order: one kernel
   // then serves every rank.
-  bool flat = rank >= 1;
+  bool flat = rank >= 1 && cluster.reduction_out == nullptr;  // a reduction keeps its dims
   for (std::size_t i : cluster.ops)
     for (const WindowOperand* o : tensor_operands(ops[i])) flat = flat && contiguous_in(o->arg, cluster.iter_sizes);
   std::int64_t numel = 1;
@@ -198,7 +198,9 @@ void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::siz
     const void* storage = written[i].first.storage;
     bool used_elsewhere = false;
     for (const Use& use : uses.at(storage)) used_elsewhere = used_elsewhere || use.cluster != index;
-    const bool dead_store = !used_elsewhere && written_operand[i]->weak.expired();
+    // A reduction's result is always stored: the fused kernel is built
+    // around it.
+    const bool dead_store = storage != cluster.reduction_out && !used_elsewhere && written_operand[i]->weak.expired();
     if (dead_store) {
       ++dead;
       continue;

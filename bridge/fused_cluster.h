@@ -46,6 +46,10 @@ struct Cluster {
   std::vector<std::int64_t> iter_sizes;
   std::vector<std::size_t> ops;                     // indices into Window::ops, program order
   std::vector<const void*> storages;    // touched (may repeat)
+  // The storage a reduction of the cluster writes (at most one reduction per
+  // cluster): no other op of the cluster may touch it, since its values are
+  // final only once the kernel has reduced whole rows.
+  const void* reduction_out = nullptr;
 };
 
 // The operands of `op` in order: the output, then the tensor inputs. A

@@ -93,6 +93,27 @@ Contact contact(const UseMap& uses, const std::vector<Geometry>& geometries, con
   return c;
 }
 
+bool touches(const UseMap& uses, const void* storage, std::size_t k) {
+  auto found = uses.find(storage);
+  if (found == uses.end()) return false;
+  for (const Use& use : found->second)
+    if (use.cluster == k) return true;
+  return false;
+}
+
+// The reduction rules of joining: a cluster holds at most one reduction,
+// and nothing else in it touches the reduction's output (its values exist
+// only after whole rows are reduced, while the cluster's other ops run
+// element by element).
+bool reduction_allows(const UseMap& uses, const Cluster& cluster, std::size_t k, const WindowOp& op,
+                      const std::vector<Geometry>& geometries) {
+  if (op.reduction && (cluster.reduction_out != nullptr || touches(uses, geometries[0].storage, k))) return false;
+  if (cluster.reduction_out != nullptr)
+    for (const Geometry& g : geometries)
+      if (g.storage == cluster.reduction_out) return false;
+  return true;
+}
+
 // The clusters that touch any of `geometries`' storages, latest first.
 std::vector<std::size_t> touching(const UseMap& uses, const std::vector<Geometry>& geometries) {
   std::vector<std::size_t> clusters;
@@ -119,7 +140,8 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
   std::size_t target = clusters_.size();
   for (std::size_t k : related) {
     const Contact c = contact(uses_, geometries, writes, k);
-    if (c.compatible && clusters_[k].iter_sizes == op.iter_sizes && clusters_[k].ops.size() < kMaxOpsPerCluster) {
+    if (c.compatible && clusters_[k].iter_sizes == op.iter_sizes && clusters_[k].ops.size() < kMaxOpsPerCluster &&
+        reduction_allows(uses_, clusters_[k], k, op, geometries)) {
       target = k;
       joins = true;
       break;
@@ -133,6 +155,13 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
     Cluster& candidate = clusters_[r];
     if (candidate.ops.empty() || candidate.iter_sizes != op.iter_sizes ||
         candidate.ops.size() + clusters_[target].ops.size() >= kMaxOpsPerCluster)
+      continue;
+    // A reduction stays where it is; and nothing moves in beside the
+    // target's reduction (or the op's) that touches its output.
+    const void* target_reduction = op.reduction ? geometries[0].storage : clusters_[target].reduction_out;
+    if (candidate.reduction_out != nullptr ||
+        (target_reduction != nullptr &&
+         std::find(candidate.storages.begin(), candidate.storages.end(), target_reduction) != candidate.storages.end()))
       continue;
     std::vector<Geometry> r_geometries;
     std::vector<bool> r_writes;
@@ -183,8 +212,9 @@ void Window::record(WindowOp op) {
     if (ops_.empty()) ops_.reserve(kMaxWindowOps);
     bool joins = false;
     const std::size_t k = choose_cluster(op, geometries, joins);
-    if (!joins) clusters_.push_back(Cluster{op.iter_sizes, {}, {}});
+    if (!joins) clusters_.push_back(Cluster{op.iter_sizes, {}, {}, nullptr});
     clusters_[k].ops.push_back(ops_.size());
+    if (op.reduction) clusters_[k].reduction_out = geometries[0].storage;
     for (std::size_t i = 0; i < geometries.size(); ++i) {
       // One use per (cluster, geometry), written if any op of the cluster
       // writes it: contact() and the flush only ask whether such a use

@@ -50,9 +50,13 @@ struct WindowOperand {
   c10::weak_intrusive_ptr<c10::StorageImpl> weak{c10::intrusive_ptr<c10::StorageImpl>()};
 };
 
-// One elementwise op: what fusion needs, and its strict single-op launch.
+// One elementwise op, or a reduction (sum, mean, prod, amax, amin) whose
+// iteration space is its input's and whose output is described in the
+// input's dims (stride 0 along the reduced ones): what fusion needs, and its
+// strict single-op launch.
 struct WindowOp {
   ir::OpKind op = ir::OpKind::Add;
+  bool reduction = false;
   ir::Attributes attrs;
   std::vector<std::int64_t> iter_sizes;
   WindowOperand out;

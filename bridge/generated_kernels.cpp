@@ -321,6 +321,34 @@ void record(ir::OpKind op, const ir::Attributes& attrs, const at::Tensor& out, c
   record_in_window(std::move(w));
 }
 
+// Fused mode: a reduction into the window. Its iteration space is its
+// input's; its output is described in the input's dims (`tensors[0]`, the
+// launch's own description: stride 0 along the reduced dims).
+void record_reduction(ir::OpKind op, const ir::Attributes& attrs, const at::Tensor& out, const at::Tensor& input,
+                      compiler::VtpuKernelFn fn, const std::vector<KernelTensor>& tensors) {
+  DeviceContext::get().metrics().count_op();
+  WindowOp w;
+  w.op = op;
+  w.reduction = true;
+  w.attrs = attrs;
+  w.iter_sizes = input.sizes().vec();
+  w.out.is_tensor = true;
+  w.out.dtype = *to_ir(out.scalar_type());
+  w.out.arg = tensors[0].arg;
+  w.out.base = out.storage().data();
+  w.out.weak = out.storage().getWeakStorageImpl();
+  WindowOperand in;
+  in.is_tensor = true;
+  in.dtype = *to_ir(input.scalar_type());
+  in.arg = tensors[1].arg;
+  in.base = input.storage().data();
+  w.inputs.push_back(std::move(in));
+  w.single_op_fn = fn;
+  w.single_op_rank = input.dim();
+  for (const KernelTensor& t : tensors) w.single_op_tensors.push_back(t.arg);
+  record_in_window(std::move(w));
+}
+
 // Flat launches (below) resolve their kernel through a memo keyed by all that
 // decides it then: op, out dtype, each operand's dtype or Python-scalar kind,
 // and the attributes (run-time scalar values left out, as in the
@@ -483,13 +511,13 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
     reduced[static_cast<std::size_t>(d < 0 ? d + rank : d)] = true;
   }
   ir::Graph graph;
+  ir::Attributes attrs = extra;
+  attrs.set("dims", dims);
+  attrs.set("keepdim", keepdim);
+  if (out.scalar_type() != input.scalar_type() && op != ir::OpKind::Argmax && op != ir::OpKind::Argmin)
+    attrs.set("dtype", *to_ir(out.scalar_type()));
   const compiler::VtpuKernelFn fn = resolve_kernel(graph, out, out.sizes(), [&] {
     const ir::ValueId x = graph.add_input(ir::TensorType{*in_dtype, input.sizes().vec(), input.strides().vec()});
-    ir::Attributes attrs = extra;
-    attrs.set("dims", dims);
-    attrs.set("keepdim", keepdim);
-    if (out.scalar_type() != input.scalar_type() && op != ir::OpKind::Argmax && op != ir::OpKind::Argmin)
-      attrs.set("dtype", *to_ir(out.scalar_type()));
     return graph.add_node(op, {x}, attrs);
   });
   if (fn == nullptr) return false;
@@ -509,6 +537,14 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
   std::vector<KernelTensor> tensors;
   tensors.push_back(std::move(out_tensor));
   tensors.push_back(kernel_tensor(input, input.sizes()));
+  // Fused mode: the plain reductions join the window, where one fuses with
+  // the elementwise work that computes its input.
+  const bool windowed = op == ir::OpKind::Sum || op == ir::OpKind::Mean || op == ir::OpKind::Prod ||
+                        op == ir::OpKind::Amax || op == ir::OpKind::Amin;
+  if (windowed && scalars.empty() && rank > 0 && input.numel() > 0 && fused_recording_active()) {
+    record_reduction(op, attrs, out, input, fn, tensors);
+    return true;
+  }
   enqueue(fn, op, rank, std::move(tensors), std::move(scalars));
   return true;
 }

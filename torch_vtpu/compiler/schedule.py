@@ -36,10 +36,25 @@ from .passes import on_host_only
 
 # Order classes: lower runs first among ready nodes.
 FREE = 0  # placeholders, views, tuple indexing, size arithmetic: no kernel
-WINDOW = 1  # elementwise ops: recorded into fused mode's window
+WINDOW = 1  # elementwise ops and plain reductions: recorded into fused mode's window
 BARRIER = 2  # everything else that launches work: flushes the window
 
 _FREE_FUNCTIONS = {operator.getitem}
+
+# Reductions the window records (fused_window.h), so that one fuses with the
+# elementwise work computing its input; a reduction the bridge does not
+# record (0-dim, empty, a dtype conversion) flushes instead, which costs a
+# launch but never changes a result.
+_WINDOW_REDUCTIONS = {
+    torch.ops.aten.sum.default,
+    torch.ops.aten.sum.dim_IntList,
+    torch.ops.aten.mean.default,
+    torch.ops.aten.mean.dim,
+    torch.ops.aten.amax.default,
+    torch.ops.aten.amin.default,
+    torch.ops.aten.prod.default,
+    torch.ops.aten.prod.dim_int,
+}
 
 
 def _is_aten(target) -> bool:
@@ -150,7 +165,7 @@ def order_class(node: fx.Node) -> int:
     if _is_aten(target):
         if target.is_view:
             return FREE
-        if torch.Tag.pointwise in target.tags:
+        if torch.Tag.pointwise in target.tags or target in _WINDOW_REDUCTIONS:
             return WINDOW
     return BARRIER
 

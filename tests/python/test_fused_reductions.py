@@ -1,0 +1,136 @@
+"""Fused eager mode: a reduction (sum, mean, prod, amax, amin) joins the
+window and fuses with the elementwise work that computes its input, so the
+input never goes through memory; results stay bitwise equal to strict mode.
+
+Kernel counts are asserted on a steady run (test_fused._steady_metrics).
+"""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_vtpu
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_fused import _in_strict, _steady_metrics  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fused_then_strict():
+    torch_vtpu.set_mode("fused")
+    yield
+    torch_vtpu.set_mode("strict")
+
+
+def _mean_square(x):
+    return x.pow(2).mean(-1, keepdim=True)
+
+
+def test_mean_of_squares_is_one_kernel_storing_only_the_mean():
+    x = torch.randn(64, 300, device="vtpu")
+    out, m = _steady_metrics(_mean_square, x)
+    assert m["kernels_launched"] == 1
+    assert m["fused_kernels"] == 1
+    assert m["ops_per_fused_kernel"] == {2: 1}
+    assert m["dead_stores_skipped"] == 1  # the squares are never stored
+    assert torch.equal(out.cpu(), _in_strict(_mean_square, x).cpu())
+
+
+def _rms_norm(x, w):
+    x32 = x.float()
+    return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def test_rms_norm_forward_and_backward_match_strict_bitwise():
+    torch.manual_seed(0)
+    x_cpu, w_cpu = torch.randn(4, 33, 96), torch.randn(96)
+
+    def run():
+        x = x_cpu.to("vtpu").requires_grad_()
+        w = w_cpu.to("vtpu").requires_grad_()
+        y = _rms_norm(x, w)
+        (y * y).sum().backward()
+        return y.cpu(), x.grad.cpu(), w.grad.cpu()
+
+    for _ in range(2):  # the first sighting runs unfused
+        fused = run()
+        torch_vtpu._C._wait_for_fusion_compiles()
+    torch_vtpu.reset_metrics()
+    fused = run()
+    m = torch_vtpu.metrics()
+    strict = _in_strict(run)
+    for a, b in zip(fused, strict):
+        assert torch.equal(a, b)
+    # Every reduction of the step (the forward's mean, the backward's sums
+    # for x and w, the loss) runs inside a fused kernel with its prologue.
+    assert m["fused_kernels"] >= 4
+    assert max(m["ops_per_fused_kernel"]) >= 3
+
+
+def test_a_live_intermediate_is_stored_beside_the_reduction():
+    x = torch.randn(40, 70, device="vtpu")
+
+    def program(t):
+        e = (t * 0.5).exp()
+        return e, (e * t).sum(0)  # e stays referenced: the kernel stores it
+
+    (e, s), m = _steady_metrics(program, x)
+    assert m["kernels_launched"] == 1
+    assert m["ops_per_fused_kernel"] == {4: 1}
+    e_strict, s_strict = _in_strict(program, x)
+    assert torch.equal(e.cpu(), e_strict.cpu())
+    assert torch.equal(s.cpu(), s_strict.cpu())
+
+
+def test_an_op_reading_the_reduction_runs_after_it():
+    x = torch.randn(30, 50, device="vtpu")
+
+    def program(t):
+        centred = t - (t * 2.0).mean(-1, keepdim=True)  # reads the mean: cannot share its loop
+        return centred * 3.0
+
+    out, m = _steady_metrics(program, x)
+    assert m["kernels_launched"] == 2
+    assert torch.equal(out.cpu(), _in_strict(program, x).cpu())
+
+
+@pytest.mark.parametrize("reduce", ["sum_cols", "amax_transposed", "prod", "amin_all", "bf16_sum"])
+def test_reduction_kinds_and_layouts_match_strict(reduce):
+    torch.manual_seed(1)
+    programs = {
+        "sum_cols": (lambda t: (t * t).sum((0, 1)), (6, 7, 45), torch.float32),
+        "amax_transposed": (lambda t: t.t().abs().amax(-1), (50, 20), torch.float32),
+        "prod": (lambda t: (t.sigmoid() + 0.5).prod(1), (12, 9), torch.float32),
+        "amin_all": (lambda t: (t - 1.0).amin(), (17, 19), torch.float32),
+        "bf16_sum": (lambda t: (t * 1.5 + t).sum(-1), (8, 40), torch.bfloat16),
+    }
+    program, shape, dtype = programs[reduce]
+    x = torch.randn(*shape, device="vtpu").to(dtype)
+    out, m = _steady_metrics(program, x)
+    assert m["fused_kernels"] == 1
+    assert torch.equal(out.cpu(), _in_strict(program, x).cpu())
+
+
+def test_a_reduction_does_not_flush_and_shares_its_loop_with_later_readers_of_its_input():
+    x = torch.randn(20, 30, device="vtpu")
+
+    def program(t):
+        a = t.sum(-1)
+        return a, (t * 2.0 + 1.0).exp()  # reads t too: same kernel, one pass over t
+
+    (a, b), m = _steady_metrics(program, x)
+    assert m["syncs"].get("unfused_op", 0) == 0
+    assert m["kernels_launched"] == 1
+    assert m["ops_per_fused_kernel"] == {4: 1}
+    a_strict, b_strict = _in_strict(program, x)
+    assert torch.equal(a.cpu(), a_strict.cpu()) and torch.equal(b.cpu(), b_strict.cpu())
+
+
+def test_reduction_outside_the_window_keeps_strict_behaviour():
+    # A 0-dim input and a dtype-converting sum are not recorded: they launch
+    # as in strict mode (flushing the window first) with the same results.
+    x = torch.randn((), device="vtpu")
+    y = torch.randn(10, 10, device="vtpu")
+    assert torch.equal((x * 2.0).sum().cpu(), _in_strict(lambda t: (t * 2.0).sum(), x).cpu())
+    assert torch.equal(y.sum(0, dtype=torch.float64).cpu(), _in_strict(lambda t: t.sum(0, dtype=torch.float64), y).cpu())

@@ -13,14 +13,8 @@ import torch
 import torch_vtpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_fused import _in_strict, _steady_metrics  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _fused_then_strict():
-    torch_vtpu.set_mode("fused")
-    yield
-    torch_vtpu.set_mode("strict")
+# The autouse fixture runs each test in fused mode (strict again after it).
+from test_fused import _fused_then_strict, _in_strict, _steady_metrics  # noqa: E402,F401
 
 
 def _mean_square(x):

@@ -584,6 +584,37 @@ def test_compiled_adamw_step_fuses_each_parameter_chain(tmp_path):
     assert "_foreach_pow" in program  # the CPU step counters stay one foreach call
 
 
+def test_schedule_classifies_each_node_once_on_a_large_optimizer_graph(monkeypatch):
+    # The deferral analysis asks a node's class over and over; each class
+    # is computed once per node (a 1,500-node AdamW graph once took hours).
+    from torch_vtpu.compiler import program as program_module
+    from torch_vtpu.compiler import schedule as schedule_module
+
+    calls, nodes = [0], [0]
+    order_class = schedule_module.order_class
+    schedule = program_module.schedule
+
+    def counting_order_class(node):
+        calls[0] += 1
+        return order_class(node)
+
+    def counting_schedule(graph):
+        nodes[0] += len(graph.nodes)
+        return schedule(graph)
+
+    monkeypatch.setattr(schedule_module, "order_class", counting_order_class)
+    monkeypatch.setattr(program_module, "schedule", counting_schedule)
+    params = [torch.randn(4, 4, device="vtpu", requires_grad=True) for _ in range(24)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, lr=1e-2)
+    torch.compile(opt.step, backend="vtpu")()
+    torch.vtpu.synchronize()
+    assert nodes[0] > 300
+    # schedule() classifies every node once, chain_ends() once more.
+    assert calls[0] <= 2 * nodes[0], (calls[0], nodes[0])
+
+
 def test_unrolled_foreach_gives_eager_bits():
     xs = [torch.randn(5, 7).to("vtpu") for _ in range(3)]
     ys = [torch.randn(5, 7).to("vtpu") for _ in range(3)]

@@ -274,9 +274,13 @@ def schedule(graph: fx.Graph) -> List[fx.Node]:
             return False
 
         # Each node is queued at most once at a time: a node still queued is
-        # examined later in the then current state anyway (without this a
-        # 1,500-node optimizer graph took hours).
-        work = list(reach)
+        # examined later in the then current state anyway. Free nodes are
+        # queued only when work above them left the phase (then their inputs
+        # may no longer be needed now); examined in the first pass, each one
+        # re-queued all its inputs, which over an optimizer's chains of CPU
+        # step counters made the analysis quadratic or worse (a 1,500-node
+        # AdamW graph took hours).
+        work = [n for n in reach if klass(n) == WINDOW]
         queued = set(work)
 
         def requeue(nodes_):

@@ -105,7 +105,8 @@ const std::unordered_map<std::string, Lowering>& table() {
     const std::pair<const char*, OpKind> reductions[] = {{"aten::sum.IntList_out", OpKind::Sum},
                                                          {"aten::mean.out", OpKind::Mean},
                                                          {"aten::amax.out", OpKind::Amax},
-                                                         {"aten::amin.out", OpKind::Amin}};
+                                                         {"aten::amin.out", OpKind::Amin},
+                                                         {"aten::prod.int_out", OpKind::Prod}};
     for (const auto& [name, kind] : reductions) t->emplace(name, Lowering{kind, {0}, none, true});
     // all(dim) of a bool tensor is its minimum (other dtypes differ on NaN).
     const auto bool_operand = [](const std::vector<at::Tensor>& operands) {
@@ -229,6 +230,21 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
       };
     };
     t->emplace("aten::argmax.out", single(arg_extremum(OpKind::Argmax)));
+    // prod over all elements: (self, *, dtype?, out); the conversion case stays on ATen.
+    t->emplace("aten::prod.out", single([](Args a) -> at::Tensor {
+      if (!a[1].isNone()) return {};
+      at::Tensor out = a[2].toTensor();
+      return launch_generated_reduction(OpKind::Prod, out, a[0].toTensor(), {}, false) ? out : at::Tensor();
+    }));
+    // Its functional form (self, *, dtype?) has no composite that reaches the
+    // out= variant; integral and bool inputs give int64, as in ATen.
+    t->emplace("aten::prod", single([](Args a) -> at::Tensor {
+      const at::Tensor self = a[0].toTensor();
+      if (!a[1].isNone() || self.device().type() != kVtpu) return {};
+      const bool integral = at::isIntegralType(self.scalar_type(), /*includeBool=*/true);
+      at::Tensor out = empty_device({}, integral ? at::kLong : self.scalar_type());
+      return launch_generated_reduction(OpKind::Prod, out, self, {}, false) ? out : at::Tensor();
+    }));
     t->emplace("aten::argmin.out", single(arg_extremum(OpKind::Argmin)));
     auto variance = [](OpKind kind) {
       return [kind](Args a) -> at::Tensor {

@@ -103,6 +103,8 @@ def test_reduction_kinds_and_layouts_match_strict(reduce):
     x = torch.randn(*shape, device="vtpu").to(dtype)
     out, m = _steady_metrics(program, x)
     assert m["fused_kernels"] == 1
+    assert m["kernels_launched"] == 1  # the reduction is inside the fused kernel
+    assert m["host_fallback_ops"] == {}
     assert torch.equal(out.cpu(), _in_strict(program, x).cpu())
 
 
@@ -128,3 +130,48 @@ def test_reduction_outside_the_window_keeps_strict_behaviour():
     y = torch.randn(10, 10, device="vtpu")
     assert torch.equal((x * 2.0).sum().cpu(), _in_strict(lambda t: (t * 2.0).sum(), x).cpu())
     assert torch.equal(y.sum(0, dtype=torch.float64).cpu(), _in_strict(lambda t: t.sum(0, dtype=torch.float64), y).cpu())
+
+
+# OpInfo samples of the reductions the window records (all dims, some dims,
+# negative dims, keepdim, 0-dim and empty inputs, dtype arguments: the ones
+# the window does not take keep strict's single-op kernel), each with an
+# elementwise prologue and epilogue so that the reduction is fused: fused
+# (once the pattern's kernel is built) must give strict's bits. The prologue
+# is one op whose result stays alive through the reduction: with a longer
+# one the dropped temporary's block may be handed to the reduction's output
+# (these tensors are tiny, all of one size class), and a cluster may not touch
+# the block its reduction writes, so the reduction would start a cluster of
+# its own.
+_REDUCTION_OPINFO_NAMES = {"sum", "mean", "prod", "amax", "amin"}
+
+
+def _reduction_opinfo_cases():
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return [op for op in op_db if op.name in _REDUCTION_OPINFO_NAMES and op.variant_test_name == ""]
+
+
+@pytest.mark.parametrize("op", _reduction_opinfo_cases(), ids=lambda op: op.name)
+def test_opinfo_reduction_samples_fused_equal_strict_bitwise(op):
+    samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))
+    checked = fused_with_prologue = 0
+    for sample in samples:
+        x = sample.input.detach().to("vtpu")
+        args = [a.detach().to("vtpu") if isinstance(a, torch.Tensor) else a for a in sample.args]
+
+        def program():
+            return op(x * 1.5, *args, **sample.kwargs) - 0.25
+
+        try:
+            strict = _in_strict(program)
+        except Exception:
+            continue  # a sample ATen refuses (same in both modes): nothing to compare
+        fused, m = _steady_metrics(program)
+        torch.testing.assert_close(fused.cpu(), strict.cpu(), rtol=0, atol=0, equal_nan=True)
+        checked += 1
+        fused_with_prologue += m["ops_per_fused_kernel"].get(2, 0)  # x * 1.5 and the reduction
+    assert checked > 0, f"{op.name}: no sample could be compared"
+    # Most samples reduce a non-empty tensor without a dtype argument: the
+    # reduction then runs in one kernel with its prologue (amax/amin/mean/sum
+    # 16 of 20, prod 26 of 39).
+    assert 2 * fused_with_prologue >= checked, f"{op.name}: {fused_with_prologue} of {checked} samples fused"

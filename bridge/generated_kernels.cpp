@@ -21,6 +21,7 @@
 #include "vtpu/cache/compile_cache.h"
 #include "vtpu/compiler/host_codegen.h"
 #include "vtpu/compiler/kernel_provider.h"
+#include "vtpu/ir/canonical.h"
 #include "vtpu/ir/graph.h"
 #include "vtpu/runtime/error.h"
 
@@ -349,21 +350,37 @@ void record_reduction(ir::OpKind op, const ir::Attributes& attrs, const at::Tens
   record_in_window(std::move(w));
 }
 
-// Flat launches (below) resolve their kernel through a memo keyed by all that
-// decides it then: op, out dtype, each operand's dtype or Python-scalar kind,
-// and the attributes (run-time scalar values left out, as in the
-// shape-generic hash). A hit skips building the graph and hashing it, the
-// bulk of a small op's dispatch cost.
-std::optional<std::string> flat_memo_key(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Tensor> inputs,
-                                         const ir::Attributes& attrs) {
+// What the shape-generic hash knows of a device input of a non-flat launch:
+// rank, which dims are 1, and its layout class (contiguous, broadcast with
+// its stride-0 dims, or strided).
+void append_generic_layout(std::string& key, const at::Tensor& t) {
+  const ir::TensorType type{ir::DType::kFloat32, t.sizes().vec(), t.strides().vec()};
+  const ir::LayoutClass layout = ir::layout_class(type);
+  std::uint64_t ones = 0;
+  for (std::int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) == 1) ones |= std::uint64_t{1} << d;
+  key += std::to_string(t.dim()) + ':' + std::to_string(ones) + ':' +
+         std::to_string(static_cast<int>(layout.kind)) + ':' + std::to_string(layout.broadcast_mask);
+}
+
+// Launches (below) resolve their kernel through a memo keyed by all that
+// decides it: op, out dtype, each operand's dtype or Python-scalar kind,
+// for a non-flat launch each device input's generic layout, and the
+// attributes (run-time scalar values left out, as in the shape-generic
+// hash). A hit skips building the graph, canonicalising and hashing it, the
+// bulk of a small op's dispatch cost (~3 us of a broadcast add's 5).
+std::string launch_memo_key(ir::OpKind op, bool flat, const at::Tensor& out, c10::ArrayRef<at::Tensor> inputs,
+                            const ir::Attributes& attrs) {
   std::string key;
-  key.reserve(32);
+  key.reserve(48);
   key += static_cast<char>(op);
+  key += flat ? 'F' : 'N';
   key += static_cast<char>(out.scalar_type());
   for (const at::Tensor& t : inputs) {
     if (t.device().type() == kVtpu) {
       key += 'T';
       key += static_cast<char>(t.scalar_type());
+      if (!flat) append_generic_layout(key, t);
     } else {
       const c10::Scalar value = t.item();
       key += value.isBoolean() ? 'b' : value.isIntegral(false) ? 'i' : 'd';
@@ -378,8 +395,19 @@ std::optional<std::string> flat_memo_key(ir::OpKind op, const at::Tensor& out, c
   return key;
 }
 
-std::mutex g_flat_memo_mutex;
-std::unordered_map<std::string, compiler::VtpuKernelFn>& flat_memo() {
+// Each input of a non-flat launch broadcasts into the output's shape (ATen
+// sized the output so): checked on a memo hit, since the key holds ranks
+// and unit dims but not sizes.
+bool broadcasts_into(const at::Tensor& t, c10::IntArrayRef out_sizes) {
+  const std::int64_t pad = static_cast<std::int64_t>(out_sizes.size()) - t.dim();
+  if (pad < 0) return false;
+  for (std::int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) != 1 && t.size(d) != out_sizes[static_cast<std::size_t>(d + pad)]) return false;
+  return true;
+}
+
+std::mutex g_launch_memo_mutex;
+std::unordered_map<std::string, compiler::VtpuKernelFn>& launch_memo() {
   static auto* memo = new std::unordered_map<std::string, compiler::VtpuKernelFn>();
   return *memo;
 }
@@ -399,29 +427,33 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
     if (t.device().type() == kVtpu) flat = flat && t.is_contiguous() && t.sizes() == out.sizes();
     else if (!is_host_scalar(t)) return false;
   }
-  std::optional<std::string> memo_key;
-  if (flat) {
-    memo_key = flat_memo_key(op, out, inputs, attrs);
-    compiler::VtpuKernelFn fn = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(g_flat_memo_mutex);
-      if (auto it = flat_memo().find(*memo_key); it != flat_memo().end()) fn = it->second;
+  std::string memo_key = launch_memo_key(op, flat, out, inputs, attrs);
+  compiler::VtpuKernelFn memo_fn = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_launch_memo_mutex);
+    if (auto it = launch_memo().find(memo_key); it != launch_memo().end()) memo_fn = it->second;
+  }
+  if (memo_fn != nullptr && !flat) {
+    for (const at::Tensor& t : inputs)
+      if (t.device().type() == kVtpu && !broadcasts_into(t, out.sizes())) memo_fn = nullptr;
+  }
+  if (memo_fn != nullptr) {
+    // The launch scalars as launch_scalars() orders them for this graph:
+    // the Constants in operand order, then the op's run-time attribute.
+    std::vector<double> scalars;
+    std::vector<KernelTensor> tensors{flat ? flat_kernel_tensor(out) : kernel_tensor(out, out.sizes())};
+    for (const at::Tensor& t : inputs) {
+      if (t.device().type() == kVtpu) tensors.push_back(flat ? flat_kernel_tensor(t) : kernel_tensor(t, out.sizes()));
+      else scalars.push_back(t.item().toDouble());
     }
-    if (fn != nullptr) {
-      // The launch scalars as launch_scalars() orders them for this graph:
-      // the Constants in operand order, then the op's run-time attribute.
-      std::vector<double> scalars;
-      std::vector<KernelTensor> tensors{flat_kernel_tensor(out)};
-      for (const at::Tensor& t : inputs) {
-        if (t.device().type() == kVtpu) tensors.push_back(flat_kernel_tensor(t));
-        else scalars.push_back(t.item().toDouble());
-      }
-      if (const char* runtime = ir::runtime_scalar_attribute(op); runtime != nullptr && attrs.has(runtime))
-        scalars.push_back(attrs.get_double(runtime));
-      if (fused_recording_active()) record(op, attrs, out, inputs, fn, 1, tensors, std::move(scalars));
-      else enqueue(fn, op, 1, std::move(tensors), std::move(scalars));
-      return true;
-    }
+    if (const char* runtime = ir::runtime_scalar_attribute(op); runtime != nullptr && attrs.has(runtime))
+      scalars.push_back(attrs.get_double(runtime));
+    const std::int64_t rank = flat ? 1 : out.dim();
+    if (fused_recording_active() && ir::is_elementwise(op))
+      record(op, attrs, out, inputs, memo_fn, rank, tensors, std::move(scalars));
+    else
+      enqueue(memo_fn, op, rank, std::move(tensors), std::move(scalars));
+    return true;
   }
   const std::vector<std::int64_t> iter_sizes = flat ? std::vector<std::int64_t>{out.numel()} : out.sizes().vec();
   ir::Graph graph;
@@ -443,9 +475,9 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
   const compiler::VtpuKernelFn fn =
       resolve_kernel(graph, out, iter_sizes, [&] { return graph.add_node(op, ids, attrs); });
   if (fn == nullptr) return false;
-  if (memo_key) {
-    std::lock_guard<std::mutex> lock(g_flat_memo_mutex);
-    flat_memo().emplace(std::move(*memo_key), fn);
+  {
+    std::lock_guard<std::mutex> lock(g_launch_memo_mutex);
+    launch_memo().emplace(std::move(memo_key), fn);
   }
 
   std::vector<KernelTensor> tensors;

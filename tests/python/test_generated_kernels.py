@@ -281,6 +281,40 @@ def test_cpu_scalar_tensor_operand_runs_generated_kernel_with_atens_promotion():
         assert torch_vtpu.metrics()["host_fallback_ops"] == {}
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_remembered_kernels_serve_only_launches_of_the_same_generic_layout(mode):
+    import torch
+    import torch_vtpu
+
+    # A launch's kernel is remembered by op, dtypes, and each input's rank,
+    # unit dims and layout class; the same key with other sizes reuses it,
+    # any other layout must not. One process, alternating layouts, each
+    # result bitwise against CPU.
+    g = torch.Generator().manual_seed(3)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g)
+
+    cases = [
+        (r(4, 16), r(16)), (r(4, 16), r(4, 1)), (r(3, 1), r(1, 4)), (r(5, 1), r(1, 7)),
+        (r(16, 4).t(), r(4, 16)), (r(8, 6).t(), r(6, 8)), (r(1, 16).expand(4, 16), r(4, 16)),
+        (r(4, 16), r(16)), (r(2, 3, 5), r(3, 1)), (r(2, 3, 5)[:, :, ::2], r(2, 3, 3)), (r(4, 16), r(4, 1)),
+    ]
+    with torch_vtpu.mode(mode):
+        for a, b in cases:
+            got = (a.to("vtpu") + b.to("vtpu")) * 1.5
+            assert torch.equal(got.cpu(), (a + b) * 1.5), (a.shape, a.stride(), b.shape)
+            if (a + b).shape == a.shape:
+                inplace = a.contiguous().to("vtpu")
+                inplace.mul_(b.to("vtpu"))
+                assert torch.equal(inplace.cpu(), a * b)
+            cond = a > 0
+            chosen = torch.where(cond.to("vtpu"), a.to("vtpu"), b.to("vtpu"))
+            assert torch.equal(chosen.cpu(), torch.where(cond, a, b))
+        torch.vtpu.synchronize()
+        assert torch_vtpu.metrics()["host_fallback_ops"] == {}
+
+
 def test_convolution_backward_with_bias_runs_without_synchronising():
     import torch
     import torch_vtpu

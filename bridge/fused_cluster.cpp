@@ -1,6 +1,7 @@
 #include "fused_cluster.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -53,6 +54,21 @@ struct Binding {
   std::size_t index;  // op position in the cluster (kWritten) or input slot (kLoaded)
 };
 
+// A number without temporaries (patterns are spelled at every flush, for
+// every cluster); doubles in their shortest exact form, so two attribute
+// values never spell the same.
+template <typename Number>
+void append_number(std::string& out, Number number) {
+  char digits[32];
+  const auto end = std::to_chars(digits, digits + sizeof digits, number).ptr;
+  out.append(digits, end);
+}
+
+void append_tagged(std::string& out, char tag, std::uint64_t number) {
+  out += tag;
+  append_number(out, number);
+}
+
 void append_attr_value(std::string& out, const ir::AttrValue& v) {
   std::visit(
       [&](const auto& x) {
@@ -60,11 +76,16 @@ void append_attr_value(std::string& out, const ir::AttrValue& v) {
         if constexpr (std::is_same_v<X, std::string>) {
           out += x;
         } else if constexpr (std::is_same_v<X, std::vector<std::int64_t>>) {
-          for (std::int64_t i : x) out += std::to_string(i) + ",";
+          for (std::int64_t i : x) {
+            append_number(out, i);
+            out += ',';
+          }
         } else if constexpr (std::is_same_v<X, ir::DType>) {
           out += ir::name(x);
+        } else if constexpr (std::is_same_v<X, bool>) {
+          out += x ? '1' : '0';
         } else {
-          out += std::to_string(x);
+          append_number(out, x);
         }
       },
       v);
@@ -73,7 +94,7 @@ void append_attr_value(std::string& out, const ir::AttrValue& v) {
 // What a strided kernel specialises on for one tensor (the IR's generic key:
 // contiguous, broadcast with a stride-0 mask, or strided), so a pattern
 // serves every shape of its kind, as strict mode's kernels do.
-std::string layout_word(const compiler::VtpuTensorArg& arg, const std::vector<std::int64_t>& sizes) {
+void append_layout_word(std::string& out, const compiler::VtpuTensorArg& arg, const std::vector<std::int64_t>& sizes) {
   std::uint64_t broadcast = 0;
   std::int64_t expected = 1;
   bool contiguous = true, row_major = true;
@@ -87,8 +108,9 @@ std::string layout_word(const compiler::VtpuTensorArg& arg, const std::vector<st
     if (arg.strides[d] != expected) row_major = false;
     expected *= sizes[d];
   }
-  if (contiguous) return "c";
-  return row_major ? "b" + std::to_string(broadcast) : "s";
+  if (contiguous) out += 'c';
+  else if (row_major) append_tagged(out, 'b', broadcast);
+  else out += 's';
 }
 
 double scalar_of(const ir::AttrValue& v) {
@@ -149,28 +171,36 @@ void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::siz
     const char* runtime = ir::runtime_scalar_attribute(op.op);
     for (const auto& [key, value] : op.attrs.entries()) {
       if (runtime != nullptr && key == runtime) continue;
-      pattern += ";" + key + "=";
+      pattern += ';';
+      pattern += key;
+      pattern += '=';
       append_attr_value(pattern, value);
     }
-    pattern += "(";
+    pattern += '(';
     for (const WindowOperand& in : op.inputs) {
       if (!in.is_tensor) {
         b.push_back({Binding::kConstant, 0});
         scalars.push_back(scalar_of(in.constant));
-        pattern += "c" + std::to_string(in.constant.index()) + ",";
+        append_tagged(pattern, 'c', in.constant.index());
+        pattern += ',';
         continue;
       }
       const Geometry g = geometry_of(in, rank);
       if (auto w = find(written, g, first); w >= 0) {
         b.push_back({Binding::kWritten, written[static_cast<std::size_t>(w)].second});
-        pattern += "w" + std::to_string(written[static_cast<std::size_t>(w)].second) + ",";
+        append_tagged(pattern, 'w', written[static_cast<std::size_t>(w)].second);
+        pattern += ',';
       } else if (auto l = find(loaded, g, self); l >= 0) {
         b.push_back({Binding::kLoaded, static_cast<std::size_t>(l)});
-        pattern += "l" + std::to_string(l) + ",";
+        append_tagged(pattern, 'l', static_cast<std::size_t>(l));
+        pattern += ',';
       } else {
         b.push_back({Binding::kLoaded, loaded.size()});
-        pattern += "l" + std::to_string(loaded.size()) + ":" + std::string(ir::name(in.dtype)) + ",";
-        if (!flat) pattern += layout_word(in.arg, cluster.iter_sizes);
+        append_tagged(pattern, 'l', loaded.size());
+        pattern += ':';
+        pattern += ir::name(in.dtype);
+        pattern += ',';
+        if (!flat) append_layout_word(pattern, in.arg, cluster.iter_sizes);
         loaded.push_back(g);
         loaded_operand.push_back(&in);
       }
@@ -186,7 +216,7 @@ void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::siz
       written.emplace_back(g, position);
       written_operand.push_back(&op.out);
     }
-    pattern += "|";
+    pattern += '|';
   }
   // Outputs: every buffer written, except those nobody can read any more
   // (Python dropped the storage and no other cluster touches the memory).
@@ -207,8 +237,8 @@ void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::siz
     }
     outputs.push_back(written[i].second);
     args.push_back(launch_arg(*written_operand[i]));
-    pattern += "o" + std::to_string(written[i].second);
-    if (!flat) pattern += layout_word(written_operand[i]->arg, cluster.iter_sizes);
+    append_tagged(pattern, 'o', written[i].second);
+    if (!flat) append_layout_word(pattern, written_operand[i]->arg, cluster.iter_sizes);
   }
   // The rank and which dims are 1 (they broadcast): as the IR's generic key.
   if (!flat)

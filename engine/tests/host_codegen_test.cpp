@@ -118,6 +118,15 @@ class HostCodegenTest : public ::testing::Test {
     add_case(OpKind::Mul, {strided(DType::kFloat32, {6, 4}, {1, 6}), TensorType::contiguous(DType::kFloat32, {6, 4})});
     add_case(OpKind::Sub, {strided(DType::kFloat32, {5, 7}, {0, 1}), strided(DType::kFloat32, {5, 7}, {14, 2})});
     add_case(OpKind::Exp, {strided(DType::kFloat32, {3, 4, 5}, {40, 1, 8})});
+    // Permuted views with unit stride along the last dim (attention's
+    // transpose(1, 2)): the rows loop, chosen at launch; beside a broadcast
+    // operand; and beside an input strided along the last dim (odometer).
+    add_case(OpKind::Cast, {strided(DType::kFloat32, {2, 3, 4, 37}, {444, 37, 111, 1})},
+             {{"dtype", DType::kFloat32}});
+    add_case(OpKind::Mul, {strided(DType::kFloat32, {2, 3, 4, 37}, {444, 37, 111, 1}),
+                           TensorType::contiguous(DType::kFloat32, {3, 1, 37})});
+    add_case(OpKind::Add, {strided(DType::kFloat32, {3, 4, 37}, {37, 111, 1}),
+                           strided(DType::kFloat32, {3, 4, 37}, {1, 3, 12})});
     // Zero-size and rank-0.
     add_case(OpKind::Add, {TensorType::contiguous(DType::kFloat32, {0, 3}), TensorType::contiguous(DType::kFloat32, {0, 3})});
     add_case(OpKind::Mul, {TensorType::contiguous(DType::kFloat32, {}), TensorType::contiguous(DType::kFloat32, {})});

@@ -193,7 +193,23 @@ class Emitter {
       if (rank > 0) s << "  return;\n  }\n";
     }
     const std::optional<std::vector<int>> steps = inner_steps();
-    if (rank > 0 && steps) emit_rows_loop(s, rank, num_outputs, *steps);
+    if (rank > 0 && steps) {
+      emit_rows_loop(s, rank, num_outputs, *steps, "");
+    } else if (rank > 0) {
+      // Strided inputs (a transposed view, a permuted copy) usually still
+      // have unit stride along the innermost dim: checked at launch, they
+      // then take the rows loop too, instead of an odometer step per element.
+      std::vector<int> assumed;
+      std::string unit_inner;
+      for (std::size_t i = 0; i < graph_.inputs().size(); ++i) {
+        const int step = inner_step(graph_.inputs()[i]);
+        assumed.push_back(step < 0 ? 1 : step);
+        if (step < 0)
+          unit_inner += " && c.strides[" + std::to_string(num_outputs + static_cast<int>(i)) + "][" +
+                        std::to_string(rank - 1) + "] == 1";
+      }
+      emit_rows_loop(s, rank, num_outputs, assumed, unit_inner);
+    }
     if (rank > 0) {
       // Odometer over the output shape, starting from `begin`'s coordinates.
       s << "  int64_t idx[VTPU_MAX_RANK];\n  int64_t rest = begin;\n"
@@ -272,32 +288,36 @@ class Emitter {
     if (out_sizes.empty()) return std::nullopt;
     std::vector<int> steps;
     for (ir::ValueId id : graph_.inputs()) {
-      const ir::TensorType& t = graph_.type(id);
-      if (out_sizes.back() == 1 || t.sizes.empty() || t.sizes.back() == 1) {
-        steps.push_back(0);  // a row of one element, or the input repeats along it
-        continue;
-      }
-      const ir::LayoutClass layout = ir::layout_class(t);
-      if (layout.kind == ir::LayoutKind::kContiguous) {
-        steps.push_back(1);
-      } else if (layout.kind == ir::LayoutKind::kBroadcast) {
-        const bool expanded = (layout.broadcast_mask >> (t.sizes.size() - 1)) & 1;
-        steps.push_back(expanded ? 0 : 1);
-      } else {
-        return std::nullopt;
-      }
+      const int step = inner_step(id);
+      if (step < 0) return std::nullopt;
+      steps.push_back(step);
     }
     return steps;
+  }
+
+  // One input's step along the innermost output dim (inner_steps), or -1
+  // when it is strided (only its launch-time stride says).
+  int inner_step(ir::ValueId id) const {
+    const auto& out_sizes = graph_.type(graph_.outputs().front()).sizes;
+    const ir::TensorType& t = graph_.type(id);
+    if (out_sizes.back() == 1 || t.sizes.empty() || t.sizes.back() == 1)
+      return 0;  // a row of one element, or the input repeats along it
+    const ir::LayoutClass layout = ir::layout_class(t);
+    if (layout.kind == ir::LayoutKind::kContiguous) return 1;
+    if (layout.kind == ir::LayoutKind::kBroadcast) return ((layout.broadcast_mask >> (t.sizes.size() - 1)) & 1) ? 0 : 1;
+    return -1;
   }
 
   // Rows of the innermost dim with constant offset steps (0 or 1): the inner
   // loop vectorises (broadcast operands are loop-invariant loads). Outer dims
   // advance by an odometer once per row. Taken when every output has unit
-  // stride along the row (checked at launch: out= views may not).
-  void emit_rows_loop(std::ostringstream& s, int rank, int num_outputs, const std::vector<int>& steps) const {
+  // stride along the row (checked at launch: out= views may not) and
+  // `condition` (more launch-time checks, each starting with " && ") holds.
+  void emit_rows_loop(std::ostringstream& s, int rank, int num_outputs, const std::vector<int>& steps,
+                      const std::string& condition) const {
     const int num_tensors = num_outputs + static_cast<int>(steps.size());
     auto step = [&](int t) { return t < num_outputs ? 1 : steps[static_cast<std::size_t>(t - num_outputs)]; };
-    s << "  if (c.unit_rows) {\n"
+    s << "  if (c.unit_rows" << condition << ") {\n"
       << "    const int64_t n = c.sizes[" << rank - 1 << "];\n"
       << "    int64_t idx[VTPU_MAX_RANK];\n"
       << "    int64_t rest = begin / n, col = begin % n;\n"

@@ -376,6 +376,7 @@ std::string launch_memo_key(ir::OpKind op, bool flat, const at::Tensor& out, c10
   key += static_cast<char>(op);
   key += flat ? 'F' : 'N';
   key += static_cast<char>(out.scalar_type());
+  if (!flat) key += static_cast<char>('0' + out.dim());  // the kernel's rank
   for (const at::Tensor& t : inputs) {
     if (t.device().type() == kVtpu) {
       key += 'T';

@@ -266,10 +266,26 @@ bool is_python_scalar(const at::Tensor& t) {
 // kernel, as the IR's dtype differs from the output ATen allocated.
 bool is_host_scalar(const at::Tensor& t) { return t.device().is_cpu() && t.dim() == 0; }
 
+// A host scalar's value read from its memory, as item() gives it: item()
+// goes through the dispatcher, and a launch with a Python scalar reads it up
+// to three times (memo key, launch scalars, fused recording). Other dtypes
+// (half, complex, ...) take item().
+c10::Scalar host_scalar(const at::Tensor& t) {
+  const void* p = t.const_data_ptr();
+  switch (t.scalar_type()) {
+    case at::kDouble: return c10::Scalar(*static_cast<const double*>(p));
+    case at::kFloat: return c10::Scalar(static_cast<double>(*static_cast<const float*>(p)));
+    case at::kLong: return c10::Scalar(*static_cast<const std::int64_t*>(p));
+    case at::kInt: return c10::Scalar(static_cast<std::int64_t>(*static_cast<const std::int32_t*>(p)));
+    case at::kBool: return c10::Scalar(*static_cast<const bool*>(p));
+    default: return t.item();
+  }
+}
+
 // A Python scalar as a Constant node (same promotion rules as a wrapped
 // number); its value is passed at launch, so the kernel serves every value.
 ir::ValueId add_python_scalar(ir::Graph& graph, const at::Tensor& t) {
-  const c10::Scalar value = t.item();
+  const c10::Scalar value = host_scalar(t);
   ir::AttrValue attr = value.isBoolean() ? ir::AttrValue(value.toBool())
                        : value.isIntegral(false) ? ir::AttrValue(value.toLong())
                                                  : ir::AttrValue(value.toDouble());
@@ -277,7 +293,7 @@ ir::ValueId add_python_scalar(ir::Graph& graph, const at::Tensor& t) {
 }
 
 ir::AttrValue python_scalar_value(const at::Tensor& t) {
-  const c10::Scalar value = t.item();
+  const c10::Scalar value = host_scalar(t);
   return value.isBoolean() ? ir::AttrValue(value.toBool())
          : value.isIntegral(false) ? ir::AttrValue(value.toLong())
                                    : ir::AttrValue(value.toDouble());
@@ -383,7 +399,7 @@ std::string launch_memo_key(ir::OpKind op, bool flat, const at::Tensor& out, c10
       key += static_cast<char>(t.scalar_type());
       if (!flat) append_generic_layout(key, t);
     } else {
-      const c10::Scalar value = t.item();
+      const c10::Scalar value = host_scalar(t);
       key += value.isBoolean() ? 'b' : value.isIntegral(false) ? 'i' : 'd';
     }
   }
@@ -445,7 +461,7 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
     std::vector<KernelTensor> tensors{flat ? flat_kernel_tensor(out) : kernel_tensor(out, out.sizes())};
     for (const at::Tensor& t : inputs) {
       if (t.device().type() == kVtpu) tensors.push_back(flat ? flat_kernel_tensor(t) : kernel_tensor(t, out.sizes()));
-      else scalars.push_back(t.item().toDouble());
+      else scalars.push_back(host_scalar(t).toDouble());
     }
     if (const char* runtime = ir::runtime_scalar_attribute(op); runtime != nullptr && attrs.has(runtime))
       scalars.push_back(attrs.get_double(runtime));

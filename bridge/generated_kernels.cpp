@@ -559,17 +559,57 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
     if (d < -rank || d >= rank || rank == 0) return false;
     reduced[static_cast<std::size_t>(d < 0 ? d + rank : d)] = true;
   }
-  ir::Graph graph;
   ir::Attributes attrs = extra;
   attrs.set("dims", dims);
   attrs.set("keepdim", keepdim);
   if (out.scalar_type() != input.scalar_type() && op != ir::OpKind::Argmax && op != ir::OpKind::Argmin)
     attrs.set("dtype", *to_ir(out.scalar_type()));
-  const compiler::VtpuKernelFn fn = resolve_kernel(graph, out, out.sizes(), [&] {
-    const ir::ValueId x = graph.add_input(ir::TensorType{*in_dtype, input.sizes().vec(), input.strides().vec()});
-    return graph.add_node(op, {x}, attrs);
-  });
-  if (fn == nullptr) return false;
+  // The launch memo (as for elementwise launches): the kernel depends on the
+  // op, the dtypes, the input's generic layout and the attributes (dims,
+  // keepdim, dtype and the op's own). Empty inputs always resolve, so the
+  // memo never serves a kernel that was only checked against non-empty ones.
+  std::string memo_key;
+  compiler::VtpuKernelFn fn = nullptr;
+  if (input.numel() > 0) {
+    memo_key += static_cast<char>(op);
+    memo_key += 'R';
+    memo_key += static_cast<char>(out.scalar_type());
+    memo_key += static_cast<char>(input.scalar_type());
+    append_generic_layout(memo_key, input);
+    for (const auto& [name, value] : attrs.entries()) {
+      memo_key += '|';
+      memo_key += name;
+      memo_key += '=';
+      memo_key += ir::to_string(value);
+    }
+    std::lock_guard<std::mutex> lock(g_launch_memo_mutex);
+    if (auto it = launch_memo().find(memo_key); it != launch_memo().end()) fn = it->second;
+  }
+  if (fn != nullptr) {
+    // The key holds no sizes: on a hit, `out` must still have the shape the
+    // reduction gives (an out= argument of another shape goes to ATen,
+    // which resizes it), as resolve_kernel checks on a miss.
+    std::int64_t out_dim = 0;
+    bool same_shape = true;
+    for (std::int64_t d = 0; d < rank && same_shape; ++d) {
+      if (reduced[static_cast<std::size_t>(d)] && !keepdim) continue;
+      const std::int64_t size = reduced[static_cast<std::size_t>(d)] ? 1 : input.size(d);
+      same_shape = out_dim < out.dim() && out.size(out_dim++) == size;
+    }
+    if (!same_shape || out_dim != out.dim()) fn = nullptr;
+  }
+  if (fn == nullptr) {
+    ir::Graph graph;
+    fn = resolve_kernel(graph, out, out.sizes(), [&] {
+      const ir::ValueId x = graph.add_input(ir::TensorType{*in_dtype, input.sizes().vec(), input.strides().vec()});
+      return graph.add_node(op, {x}, attrs);
+    });
+    if (fn == nullptr) return false;
+    if (!memo_key.empty()) {
+      std::lock_guard<std::mutex> lock(g_launch_memo_mutex);
+      launch_memo().emplace(std::move(memo_key), fn);
+    }
+  }
   // The output described in the input's dims: reduced dims have stride 0.
   KernelTensor out_tensor;
   out_tensor.arg.data = data_of(out);

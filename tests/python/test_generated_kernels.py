@@ -315,6 +315,46 @@ def test_remembered_kernels_serve_only_launches_of_the_same_generic_layout(mode)
         assert torch_vtpu.metrics()["host_fallback_ops"] == {}
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_remembered_reduction_kernels_serve_only_the_same_layout_and_shape(mode):
+    import torch
+    import torch_vtpu
+
+    # Reductions remember their kernel by op, dtypes, the input's rank, unit
+    # dims and layout class, and the attributes (dims, keepdim, dtype). The
+    # same key with a contiguous and then a transposed or sliced input, other
+    # dims, keepdim, dtypes, and an out= tensor of another shape, alternating
+    # in one process: each result as on CPU.
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 16, generator=g)
+    y = torch.randn(2, 3, 9, generator=g)
+    cases = [
+        (x, lambda t: t.sum(-1)), (x.t(), lambda t: t.sum(-1)), (x, lambda t: t.sum(-1)),
+        (x[:, ::2], lambda t: t.sum(-1)), (x, lambda t: t.sum(0)), (x, lambda t: t.sum(-1, keepdim=True)),
+        (x, lambda t: t.mean((0, 1))), (x.t(), lambda t: t.mean((0, 1))),
+        (y, lambda t: t.amax(-1)), (y[:, :, ::2], lambda t: t.amax(-1)), (y.transpose(0, 2), lambda t: t.amax(-1)),
+        (x, lambda t: t.argmax(-1)), (x.t(), lambda t: t.argmax(-1)), (x, lambda t: t.sum(-1, dtype=torch.float64)),
+        ((x * 10).long(), lambda t: t.sum(-1)), (x.bfloat16(), lambda t: t.sum(-1)), (x, lambda t: t.sum(-1)),
+    ]
+    with torch_vtpu.mode(mode):
+        for t, op in cases:
+            got, want = op(t.to("vtpu")).cpu(), op(t)
+            assert got.dtype == want.dtype and got.shape == want.shape, (t.shape, t.stride())
+            if want.is_floating_point():
+                tol = 1e-2 if want.dtype == torch.bfloat16 else 1e-5
+                torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+            else:
+                assert torch.equal(got, want), (t.shape, t.stride())
+        # An out= tensor of another shape after the kernel is remembered:
+        # resized as ATen does, never written past its end.
+        dx = x.to("vtpu")
+        dx.sum(-1)
+        out = torch.empty(0, device="vtpu")
+        torch.sum(dx, -1, out=out)
+        torch.testing.assert_close(out.cpu(), x.sum(-1), rtol=1e-5, atol=1e-5)
+        torch.vtpu.synchronize()
+
+
 def test_convolution_backward_with_bias_runs_without_synchronising():
     import torch
     import torch_vtpu

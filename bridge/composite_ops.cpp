@@ -3,10 +3,20 @@
 // shallow-copy compatibility (.data =, tied weights across .to()), the fused
 // RNN cells ATen only has for CUDA, and the SDPA backend choice.
 #include <ATen/ATen.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice.h>
 #include <torch/library.h>
 
 #include "aten_bridge.h"
+
+// ATen's CPU policy for the SDPA backend (attention.cpp; exported, not in a
+// header). It reads only shapes, strides, dtypes and flags.
+namespace at::native {
+int64_t _fused_sdp_choice_cpp(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                              const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                              std::optional<double> scale, bool enable_gqa);
+}  // namespace at::native
 
 namespace vtpu::bridge {
 namespace {
@@ -71,6 +81,28 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
 }
 
 }  // namespace
+
+// F.scaled_dot_product_attention asks the backend's `_fused_sdp_choice_stub`
+// (not the op above), and without an entry for PrivateUse1 it decomposes into
+// the math path: ~16 ops and two bmm per call (~150 us of dispatch for one
+// decoding step's attention, against ~10 us for the fused op). With the CPU
+// policy as our entry, it calls `_scaled_dot_product_flash_attention_for_cpu`
+// (forward and backward), which the host-kernel path runs asynchronously on
+// ATen's CPU kernel, giving CPU's bits in every mode. The policy sees only
+// metadata, so fake tensors (Dynamo, AOTAutograd) get the same answer.
+int64_t fused_sdp_choice_for_stub(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                                  const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                                  std::optional<double> scale, bool enable_gqa) {
+  return at::native::_fused_sdp_choice_cpp(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa);
+}
+
+}  // namespace vtpu::bridge
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &vtpu::bridge::fused_sdp_choice_for_stub)
+}  // namespace at::native
+
+namespace vtpu::bridge {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));

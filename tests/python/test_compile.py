@@ -4,6 +4,7 @@ Registration (import and entry point), options, training parity of the
 foundation models against stock CPU (and strict mode), graph breaks, dynamic
 shapes without recompiles, a warm second process that compiles no kernel,
 fullgraph=True on the Qwen3-style decoder, and the dump directory."""
+import contextlib
 import copy
 import json
 import os
@@ -127,6 +128,8 @@ class _KeptWholeZoo(nn.Module):
 
     def forward(self, ids, target):
         h = self.bn(self.norm(self.lin(self.emb(ids))))
+        heads = h.view(1, 8, 2, 8).transpose(1, 2)  # (batch 1, 2 heads, 8 positions, 8)
+        h = h + 0.1 * F.scaled_dot_product_attention(heads, heads * 0.5, heads, is_causal=True).transpose(1, 2).reshape(8, 16)
         h = F.gelu(h) + torch.sigmoid(h) + torch.tanh(h) + F.silu(h) + F.relu(h)
         h = torch.addcmul(h, h, h, value=0.5) + torch.addcdiv(h, h, h.abs() + 1, value=0.25)
         h = torch.lerp(h, h * 2, 0.3) + torch.lerp(h, h * 3, torch.sigmoid(h))
@@ -167,10 +170,16 @@ def test_composites_kept_whole_reach_the_graph_and_run_as_in_eager(tmp_path):
 
 
 
-def test_safe_softmax_of_attention_stays_whole_and_off_the_host_path(tmp_path):
-    """The math SDPA's `_safe_softmax` is kept whole (decompositions.EAGER_COMPOSITE_WHOLE):
-    its decomposition would put `any` and the -inf comparison on ATen's CPU kernels.
-    A fully masked query row must still come out as zeros, as on the CPU."""
+@pytest.mark.parametrize("backend", ["default", "math"])
+def test_attention_runs_cpu_flash_kernel_or_math_with_safe_softmax_whole(tmp_path, backend):
+    """By default SDPA on vtpu takes ATen's CPU policy (composite_ops.cpp), so a compiled
+    graph calls the CPU flash-attention kernels (forward and backward) on the host-kernel
+    path, one op each. With the math backend forced, the math SDPA's `_safe_softmax` is kept
+    whole (decompositions.EAGER_COMPOSITE_WHOLE): its decomposition would put `any` and the
+    -inf comparison on ATen's CPU kernels. Either way a fully masked query row comes out as
+    zeros, as on the CPU."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 8, 16) for _ in range(3))
     mask = torch.ones(8, 8, dtype=torch.bool).tril()
@@ -179,23 +188,31 @@ def test_safe_softmax_of_attention_stays_whole_and_off_the_host_path(tmp_path):
     def attend(q, k, v, m):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
 
-    cpu_inputs = [t.clone().requires_grad_() for t in (q, k, v)]
-    expected = attend(*cpu_inputs, mask)
-    expected.square().sum().backward()
-    device_inputs = [t.to("vtpu").requires_grad_() for t in (q, k, v)]
-    torch_vtpu.reset_metrics()
-    compiled = torch.compile(attend, backend="vtpu", options={"dump_dir": str(tmp_path)})
-    out = compiled(*device_inputs, mask.to("vtpu"))
-    out.square().sum().backward()
-    torch.vtpu.synchronize()
+    forced = sdpa_kernel(SDPBackend.MATH) if backend == "math" else contextlib.nullcontext()
+    with forced:
+        cpu_inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+        expected = attend(*cpu_inputs, mask)
+        expected.square().sum().backward()
+        device_inputs = [t.to("vtpu").requires_grad_() for t in (q, k, v)]
+        torch_vtpu.reset_metrics()
+        compiled = torch.compile(attend, backend="vtpu", options={"dump_dir": str(tmp_path)})
+        out = compiled(*device_inputs, mask.to("vtpu"))
+        out.square().sum().backward()
+        torch.vtpu.synchronize()
     host_ops = torch_vtpu.metrics()["host_fallback_ops"]
-    assert set(host_ops) <= {"aten::bmm.out"}, host_ops
     programs = "".join(p.read_text() for p in tmp_path.glob("*.program.py"))
-    assert "_safe_softmax" in programs
+    if backend == "math":
+        assert set(host_ops) <= {"aten::bmm.out"}, host_ops
+        assert "_safe_softmax" in programs
+    else:
+        assert host_ops == {"aten::_scaled_dot_product_flash_attention_for_cpu": 1,
+                            "aten::_scaled_dot_product_flash_attention_for_cpu_backward": 1}, host_ops
+        assert "bmm" not in programs and "_safe_softmax" not in programs
     assert torch.equal(out.cpu()[:, :, 3], torch.zeros(2, 4, 16))
     torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-6)
     for mine, ref in zip(device_inputs, cpu_inputs):
         torch.testing.assert_close(mine.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-5)
+
 
 # ---- training parity -------------------------------------------------------------------
 

@@ -150,3 +150,47 @@ def test_autoload_entry_point_declared():
 
     names = [ep.value for ep in entry_points(group="torch.backends")]
     assert "torch_vtpu:_autoload" in names
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_attention_runs_cpu_flash_kernel_with_cpu_bits(mode):
+    """F.scaled_dot_product_attention on vtpu takes ATen's CPU backend policy, so it runs
+    the CPU flash-attention kernel (forward and backward: one op each, queued, no
+    synchronisation) instead of the math decomposition's ~16 ops, and gives CPU's bits."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    g = torch.Generator().manual_seed(0)
+    mask = torch.ones(16, 16, dtype=torch.bool).tril()
+    cases = [
+        ((2, 4, 16, 8), (2, 4, 16, 8), dict(is_causal=True)),
+        ((2, 4, 16, 8), (2, 4, 16, 8), dict(attn_mask=mask)),
+        ((1, 4, 1, 8), (1, 4, 20, 8), dict(scale=0.3)),  # a decoding step against a KV cache
+        ((1, 4, 5, 8), (1, 2, 7, 8), dict(enable_gqa=True)),
+    ]
+    with torch_vtpu.mode(mode):
+        for q_shape, kv_shape, kw in cases:
+            q = torch.randn(q_shape, generator=g, requires_grad=True)
+            k, v = (torch.randn(kv_shape, generator=g, requires_grad=True) for _ in range(2))
+            expected = F.scaled_dot_product_attention(q, k, v, **kw)
+            expected.square().sum().backward()
+            dq, dk, dv = (t.detach().to("vtpu").requires_grad_(True) for t in (q, k, v))
+            dkw = {n: a.to("vtpu") if isinstance(a, torch.Tensor) else a for n, a in kw.items()}
+            torch_vtpu.reset_metrics()
+            out = F.scaled_dot_product_attention(dq, dk, dv, **dkw)
+            out.square().sum().backward()
+            metrics = torch_vtpu.metrics()
+            assert set(metrics["host_fallback_ops"]) == {
+                "aten::_scaled_dot_product_flash_attention_for_cpu",
+                "aten::_scaled_dot_product_flash_attention_for_cpu_backward"}, (kw, metrics["host_fallback_ops"])
+            assert set(metrics["syncs"]) <= {"unfused_op"}, metrics["syncs"]  # window flushes only
+            assert torch.equal(out.detach().cpu(), expected.detach()), kw
+            for mine, ref in zip((dq, dk, dv), (q, k, v)):
+                assert torch.equal(mine.grad.cpu(), ref.grad), kw
+        # The policy honours the user's backend choice: math still works.
+        with sdpa_kernel(SDPBackend.MATH):
+            q, k, v = (torch.randn(2, 4, 16, 8, generator=g) for _ in range(3))
+            torch_vtpu.reset_metrics()
+            out = F.scaled_dot_product_attention(q.to("vtpu"), k.to("vtpu"), v.to("vtpu"), is_causal=True)
+            torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, k, v, is_causal=True))
+            assert "aten::_scaled_dot_product_flash_attention_for_cpu" not in torch_vtpu.metrics()["host_fallback_ops"]

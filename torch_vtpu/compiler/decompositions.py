@@ -40,6 +40,10 @@ GENERATED_WHOLE = (
 HOST_KERNEL_WHOLE = (
     aten.native_layer_norm_backward.default,
     aten.native_batch_norm_backward.default,
+    # SDPA takes ATen's CPU policy on vtpu (bridge/composite_ops.cpp): its
+    # flash kernel, whose backward AOTAutograd keeps whole anyway; decomposed,
+    # the forward would be the math path's bmm/softmax beside that backward.
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
 )
 
 # Composites whose eager form on vtpu is a few generated kernels, where the core

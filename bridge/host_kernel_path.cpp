@@ -361,17 +361,21 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   if (no_meta_ops().contains(op)) return run_synchronously(op, stack, "op_without_meta");
   if (meta_disagrees_with_cpu().contains(op)) return run_synchronously(op, stack, "meta_disagrees_with_cpu");
 
-  // 1. Output metadata from the meta kernel.
-  MetaMirror mirror;
-  Stack meta;
-  meta.reserve(num_args);
-  for (std::size_t i = first; i < stack->size(); ++i)
-    meta.push_back(replace_device(map_tensors((*stack)[i], mirror), c10::kMeta));
-  fill_convolution_backward_bias_sizes(schema, meta);
-
+  // 1. Output metadata from the meta kernel, or as remembered for the same
+  // arguments' geometry (meta_cache.h). The meta mirrors of the arguments
+  // are built only on a miss: a hit needs none, and making them cost a
+  // tensor construction per argument on every host-kernel-path op.
   const std::optional<std::string> cache_key = meta_cache_key(op, *stack, first);
   std::optional<std::vector<c10::IValue>> remembered;
   if (cache_key) remembered = meta_cache_find(*cache_key);
+  Stack meta;
+  if (!remembered) {
+    MetaMirror mirror;
+    meta.reserve(num_args);
+    for (std::size_t i = first; i < stack->size(); ++i)
+      meta.push_back(replace_device(map_tensors((*stack)[i], mirror), c10::kMeta));
+    fill_convolution_backward_bias_sizes(schema, meta);
+  }
   try {
     if (remembered) {
       meta = std::move(*remembered);

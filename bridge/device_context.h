@@ -106,6 +106,7 @@ class DeviceContext {
   using WindowFlusher = void (*)(const char* reason, bool count);
   void set_window_flusher(WindowFlusher flusher) { window_flusher_ = flusher; }
   void set_window_pending(bool pending) { window_pending_.store(pending, std::memory_order_release); }
+  bool window_pending() const { return window_pending_.load(std::memory_order_acquire); }
   void flush_window(const char* reason, bool count = true) {
     if (window_pending_.load(std::memory_order_acquire) && window_flusher_ != nullptr) window_flusher_(reason, count);
   }

@@ -1,6 +1,10 @@
 #include "fused_window.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <functional>
 #include <mutex>
 #include <vector>
@@ -8,6 +12,7 @@
 #include "device_context.h"
 #include "fused_cluster.h"
 #include "fused_compiler.h"
+#include "vtpu/runtime/error.h"
 
 namespace vtpu::bridge {
 namespace {
@@ -297,6 +302,40 @@ void end_fused_chain() {
 bool fused_recording_active() {
   DeviceContext& context = DeviceContext::get();
   return context.mode() == Mode::kFused && !context.stream().on_worker_thread();
+}
+
+namespace {
+constexpr std::int64_t kDefaultFusedMinElements = 4096;
+
+std::atomic<std::int64_t>& min_elements() {
+  static std::atomic<std::int64_t> bound{[] {
+    const char* env = std::getenv("VTPU_FUSED_MIN_ELEMENTS");
+    if (env == nullptr || *env == '\0') return kDefaultFusedMinElements;
+    char* end = nullptr;
+    const long long value = std::strtoll(env, &end, 10);
+    if (*end != '\0' || value < 0) {
+      std::fprintf(stderr, "vtpu: VTPU_FUSED_MIN_ELEMENTS=%s is not a non-negative integer; using %lld\n", env,
+                   static_cast<long long>(kDefaultFusedMinElements));
+      return kDefaultFusedMinElements;
+    }
+    return static_cast<std::int64_t>(value);
+  }()};
+  return bound;
+}
+}  // namespace
+
+bool records_in_window(std::int64_t elements) {
+  if (!fused_recording_active()) return false;
+  return elements >= min_elements().load(std::memory_order_relaxed) || DeviceContext::get().window_pending();
+}
+
+std::int64_t fused_min_elements() { return min_elements().load(std::memory_order_relaxed); }
+
+void set_fused_min_elements(std::int64_t elements) {
+  if (elements < 0)
+    throw runtime::Error(runtime::ErrorKind::kInvalidArgument,
+                         "fused_min_elements must be >= 0, got " + std::to_string(elements));
+  min_elements().store(elements, std::memory_order_relaxed);
 }
 
 void record_in_window(WindowOp op) {

@@ -70,6 +70,20 @@ struct WindowOp {
 // True on the issuing thread in fused mode (the stream worker runs nested
 // ops at once).
 bool fused_recording_active();
+
+// Whether an op over `elements` elements goes into the window: fused
+// recording is active, and the op is at least fused_min_elements() large or
+// the window already holds work. An op that would start a window over a
+// small tensor is launched as in strict mode instead (same kernel, same
+// bits): on the host target recording and flushing cost the issuing thread
+// more (~0.7 us per op, ~7 us per flush) than the launches they save on the
+// stream, and programs over small tensors (decoding with a KV cache) are
+// bound by the issuing thread. A program property, not timing: the same
+// program makes the same choices. VTPU_FUSED_MIN_ELEMENTS sets the bound
+// (default 4096; 0 records every op).
+bool records_in_window(std::int64_t elements);
+std::int64_t fused_min_elements();
+void set_fused_min_elements(std::int64_t elements);
 void record_in_window(WindowOp op);
 
 // A compiled program's chain boundary (torch_vtpu/compiler/schedule.py): the

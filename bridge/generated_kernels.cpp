@@ -466,7 +466,7 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
     if (const char* runtime = ir::runtime_scalar_attribute(op); runtime != nullptr && attrs.has(runtime))
       scalars.push_back(attrs.get_double(runtime));
     const std::int64_t rank = flat ? 1 : out.dim();
-    if (fused_recording_active() && ir::is_elementwise(op))
+    if (ir::is_elementwise(op) && records_in_window(out.numel()))
       record(op, attrs, out, inputs, memo_fn, rank, tensors, std::move(scalars));
     else
       enqueue(memo_fn, op, rank, std::move(tensors), std::move(scalars));
@@ -503,7 +503,7 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
     tensors.push_back(flat ? flat_kernel_tensor(t) : kernel_tensor(t, out.sizes()));
   // Constant values and run-time attributes (alpha, value, ...), in node order.
   const auto rank = static_cast<std::int64_t>(iter_sizes.size());
-  if (fused_recording_active() && ir::is_elementwise(op))
+  if (ir::is_elementwise(op) && records_in_window(out.numel()))
     record(op, attrs, out, inputs, fn, rank, tensors, compiler::launch_scalars(graph));
   else
     enqueue(fn, op, rank, std::move(tensors), compiler::launch_scalars(graph));
@@ -630,7 +630,7 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
   // the elementwise work that computes its input.
   const bool windowed = op == ir::OpKind::Sum || op == ir::OpKind::Mean || op == ir::OpKind::Prod ||
                         op == ir::OpKind::Amax || op == ir::OpKind::Amin;
-  if (windowed && scalars.empty() && rank > 0 && input.numel() > 0 && fused_recording_active()) {
+  if (windowed && scalars.empty() && rank > 0 && input.numel() > 0 && records_in_window(input.numel())) {
     record_reduction(op, attrs, out, input, fn, tensors);
     return true;
   }

@@ -136,6 +136,11 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release no_gil;
     DeviceContext::get().set_mode(mode);
   }); });
+  m.def("_fused_min_elements", [] { return fused_min_elements(); });
+  m.def("_set_fused_min_elements", [](std::int64_t elements) {
+    TORCH_CHECK_WITH(ValueError, elements >= 0, "fused_min_elements must be >= 0, got ", elements);
+    set_fused_min_elements(elements);
+  });
   m.def("_metrics", &metrics_dict);
   m.def("_set_per_op_timing", [](bool on) { DeviceContext::get().metrics().set_per_op_timing(on); });
   m.def("_reset_metrics", [] {

@@ -19,14 +19,14 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 from . import _C  # registers kernels, allocator, guard and hooks for PrivateUse1
-from ._modes import flush, get_mode, mode, set_mode
+from ._modes import flush, fused_min_elements, get_mode, mode, set_fused_min_elements, set_mode
 from ._metrics import metrics, profile_ops, reset_metrics
 from . import debug  # noqa: E402
 from .advisor import advise  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["set_mode", "get_mode", "mode", "flush", "metrics", "profile_ops", "reset_metrics", "debug", "advise",
-           "__version__"]
+__all__ = ["set_mode", "get_mode", "mode", "flush", "fused_min_elements", "set_fused_min_elements", "metrics",
+           "profile_ops", "reset_metrics", "debug", "advise", "__version__"]
 
 
 def _set_library_paths() -> None:

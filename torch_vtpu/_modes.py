@@ -39,6 +39,24 @@ def mode(name: str) -> Iterator[None]:
         set_mode(previous)
 
 
+def fused_min_elements() -> int:
+    """Fused mode records an op into its window only if its result has at least this many
+    elements, or the window already holds work; otherwise it launches as in strict mode
+    (same kernel, same bits). Default 4096, or ``VTPU_FUSED_MIN_ELEMENTS``; 0 records every
+    op. On the host target recording costs the issuing thread more than the launch it
+    saves, which only pays when there is device work to save (docs/architecture.md)."""
+    return _C._fused_min_elements()
+
+
+def set_fused_min_elements(elements: int) -> None:
+    """Set the bound of ``fused_min_elements()`` for the process."""
+    if isinstance(elements, bool) or not isinstance(elements, int):
+        raise TypeError(f"fused_min_elements must be an int, got {type(elements).__name__}")
+    if elements < 0:
+        raise ValueError(f"fused_min_elements must be >= 0, got {elements}")
+    _C._set_fused_min_elements(elements)
+
+
 def flush() -> None:
     """An explicit flush point: launch fused mode's pending window, wait for all
     queued device work and raise its first error."""

@@ -67,6 +67,37 @@ def test_chain_of_six_elementwise_ops_is_one_kernel():
     assert torch.equal(out.cpu(), _in_strict(_chain6, x, y).cpu())
 
 
+def test_small_ops_start_no_window_by_default():
+    """By default (fused_min_elements 4096) an op over fewer elements that would start a
+    window launches as in strict mode; one over more starts a window, and a small op
+    joins a window that already holds work. Same bits either way."""
+    torch_vtpu.set_fused_min_elements(4096)
+    small = [torch.randn(16, 64, device="vtpu") for _ in range(2)]  # 1024 elements
+    big = [torch.randn(64, 64, device="vtpu") for _ in range(2)]  # 4096 elements
+    out, m = _steady_metrics(_chain6, *small)
+    assert m["fused_kernels"] == 0 and m["kernels_launched"] == 7, m  # strict's launches
+    assert "unfused_op" not in m["syncs"]  # no window was started, none flushed
+    assert torch.equal(out.cpu(), _in_strict(_chain6, *small).cpu())
+    out, m = _steady_metrics(_chain6, *big)
+    assert m["fused_kernels"] == 1 and m["kernels_launched"] == 1, m
+
+    def big_then_small(a, b, c, d):
+        return (a * 2.0).exp() + b, (c * 3.0).sigmoid() * d  # the small chain joins the pending window
+
+    (p, q), m = _steady_metrics(big_then_small, big[0], big[1], small[0], small[1])
+    assert m["fused_kernels"] == 2 and m["kernels_launched"] == 2, m
+    p_strict, q_strict = _in_strict(big_then_small, big[0], big[1], small[0], small[1])
+    assert torch.equal(p.cpu(), p_strict.cpu()) and torch.equal(q.cpu(), q_strict.cpu())
+    torch_vtpu.set_fused_min_elements(0)  # every op recorded: the small chain fuses
+    out, m = _steady_metrics(_chain6, *small)
+    assert m["fused_kernels"] == 1, m
+    with pytest.raises(ValueError):
+        torch_vtpu.set_fused_min_elements(-1)
+    with pytest.raises(TypeError):
+        torch_vtpu.set_fused_min_elements(2.5)
+    assert torch_vtpu.fused_min_elements() == 0
+
+
 def test_first_sighting_runs_unfused_then_the_fused_kernel_takes_over():
     x = torch.randn(64, device="vtpu")
 

@@ -4,9 +4,9 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "device_context.h"

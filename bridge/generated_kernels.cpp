@@ -233,6 +233,9 @@ void run_generated_kernel(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t
     // nll_loss: ATen's TORCH_CHECK_INDEX (IndexError) naming the target.
     TORCH_CHECK_INDEX(op != ir::OpKind::NllLoss && op != ir::OpKind::NllLossBackward, "Target ", status.value,
                       " is out of bounds.");
+    // ATen's CPU kernel does not check: it would write outside the plane.
+    TORCH_CHECK_INDEX(op != ir::OpKind::MaxPool2dBackward, "max_pool2d backward: index ", status.value,
+                      " is out of range for an input plane of ", status.bound, " elements");
     // gather/scatter_add check with TORCH_CHECK (RuntimeError), the others
     // with TORCH_CHECK_INDEX (IndexError).
     TORCH_CHECK(op != ir::OpKind::Gather && op != ir::OpKind::ScatterAdd, "index ", status.value,
@@ -638,7 +641,18 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
   return true;
 }
 
-bool launch_generated_loss(ir::OpKind op, const std::vector<at::Tensor>& outputs, c10::ArrayRef<at::Tensor> inputs,
+namespace {
+
+// The IR node of an ATen op's second output, computed by the same kernel.
+std::optional<ir::OpKind> second_output(ir::OpKind op) {
+  if (op == ir::OpKind::NllLoss) return ir::OpKind::NllLossTotalWeight;
+  if (op == ir::OpKind::MaxPool2d) return ir::OpKind::MaxPool2dIndices;
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool launch_generated_node(ir::OpKind op, const std::vector<at::Tensor>& outputs, c10::ArrayRef<at::Tensor> inputs,
                            const ir::Attributes& attrs) {
   ir::Graph graph;
   std::vector<ir::ValueId> ids;
@@ -650,9 +664,8 @@ bool launch_generated_loss(ir::OpKind op, const std::vector<at::Tensor>& outputs
   std::vector<ir::ValueId> results;
   try {
     results.push_back(graph.add_node(op, ids, attrs));
-    // nll_loss's second ATen output is its own IR node of the same operands.
-    if (op == ir::OpKind::NllLoss && outputs.size() == 2)
-      results.push_back(graph.add_node(ir::OpKind::NllLossTotalWeight, ids, attrs));
+    // A second ATen output is its own IR node of the same operands.
+    if (outputs.size() == 2 && second_output(op)) results.push_back(graph.add_node(*second_output(op), ids, attrs));
   } catch (const runtime::Error&) {
     return false;  // not what the IR accepts: ATen's kernel raises its own error
   }

@@ -70,13 +70,16 @@ void run_generated_kernels_batch(const std::vector<KernelLaunch>& launches);
 // Adds launches made outside this file (fused mode's) to the generated count.
 void count_generated_launches(std::uint64_t n);
 
-// nll_loss (host_codegen_loss.cpp): `outputs` are {loss} or {loss,
+// One IR node as one kernel, with the node of ATen's second output beside it
+// when `outputs` has two: nll_loss (host_codegen_loss.cpp): {loss} or {loss,
 // total_weight} for OpKind::NllLoss, {dx} for OpKind::NllLossBackward;
-// `inputs` the node's operands in IR order (weight last, when defined). Out
-// tensors of the wrong size are resized as ATen's resize_output does. False,
-// having queued nothing, when the case stays on ATen's kernel (which then
-// raises its own error for arguments the IR rejects).
-bool launch_generated_loss(ir::OpKind op, const std::vector<at::Tensor>& outputs, c10::ArrayRef<at::Tensor> inputs,
+// max-pooling (host_codegen_pooling.cpp): {values, indices} for
+// OpKind::MaxPool2d, {dx} for OpKind::MaxPool2dBackward. `inputs` are the
+// node's operands in IR order (optional ones last, when defined). Out tensors
+// of the wrong size are resized as ATen's resize_output does. False, having
+// queued nothing, when the case stays on ATen's kernel (which then raises its
+// own error for arguments the IR rejects).
+bool launch_generated_node(ir::OpKind op, const std::vector<at::Tensor>& outputs, c10::ArrayRef<at::Tensor> inputs,
                            const ir::Attributes& attrs);
 
 struct GeneratedKernelStats {

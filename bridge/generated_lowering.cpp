@@ -165,6 +165,26 @@ std::optional<NllArguments> nll_arguments(Args a, std::size_t x, std::size_t red
   return n;
 }
 
+// max_pool2d's geometry from the arguments kernel_size, stride, padding,
+// dilation, ceil_mode starting at `first`, in the IR's two-entry form (ATen
+// takes one entry for both dims, and an empty stride for the kernel size).
+// nullopt for list lengths ATen rejects (it then raises its own error).
+std::optional<ir::Attributes> pool2d_attributes(Args a, std::size_t first) {
+  auto pair = [](std::vector<std::int64_t> v, const std::vector<std::int64_t>& when_empty) {
+    if (v.empty()) v = when_empty;
+    if (v.size() == 1) v.push_back(v[0]);
+    return v;
+  };
+  const auto kernel = pair(a[first].toIntVector(), {});
+  const auto stride = pair(a[first + 1].toIntVector(), kernel);
+  const auto padding = pair(a[first + 2].toIntVector(), {});
+  const auto dilation = pair(a[first + 3].toIntVector(), {});
+  for (const auto* v : {&kernel, &stride, &padding, &dilation})
+    if (v->size() != 2) return std::nullopt;
+  return ir::Attributes{{"kernel_size", kernel}, {"stride", stride}, {"padding", padding},
+                        {"dilation", dilation}, {"ceil_mode", a[first + 4].toBool()}};
+}
+
 std::vector<std::int64_t> optional_dims(const c10::IValue& v) {
   if (v.isNone()) return {};
   if (v.isInt()) return {v.toInt()};
@@ -281,7 +301,7 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
       const auto n = nll_arguments(a, 0, 3);
       if (!n) return {};
       std::vector<at::Tensor> outs{a[5].toTensor(), a[6].toTensor()};
-      if (!launch_generated_loss(OpKind::NllLoss, outs, n->operands, n->attrs)) return {};
+      if (!launch_generated_node(OpKind::NllLoss, outs, n->operands, n->attrs)) return {};
       return outs;
     });
     // nll_loss_backward.grad_input(grad_output, self, target, weight?, reduction, ignore_index,
@@ -292,7 +312,26 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
       std::vector<at::Tensor> operands{a[0].toTensor(), n->operands[0], n->operands[1], a[6].toTensor()};
       if (n->operands.size() > 2) operands.push_back(n->operands[2]);
       std::vector<at::Tensor> outs{a[7].toTensor()};
-      if (!launch_generated_loss(OpKind::NllLossBackward, outs, operands, n->attrs)) return {};
+      if (!launch_generated_node(OpKind::NllLossBackward, outs, operands, n->attrs)) return {};
+      return outs;
+    });
+    // max_pool2d_with_indices.out(self, kernel_size, stride, padding, dilation, ceil_mode, *, out, indices)
+    t->emplace("aten::max_pool2d_with_indices.out", [](Args a) -> std::vector<at::Tensor> {
+      const auto attrs = pool2d_attributes(a, 1);
+      if (!attrs) return {};
+      std::vector<at::Tensor> outs{a[6].toTensor(), a[7].toTensor()};
+      if (!launch_generated_node(OpKind::MaxPool2d, outs, {a[0].toTensor()}, *attrs)) return {};
+      return outs;
+    });
+    // max_pool2d_with_indices_backward.grad_input(grad_output, self, kernel_size, stride, padding,
+    // dilation, ceil_mode, indices, *, grad_input): IR operands (grad, x, indices).
+    t->emplace("aten::max_pool2d_with_indices_backward.grad_input", [](Args a) -> std::vector<at::Tensor> {
+      const auto attrs = pool2d_attributes(a, 2);
+      if (!attrs) return {};
+      std::vector<at::Tensor> outs{a[8].toTensor()};
+      if (!launch_generated_node(OpKind::MaxPool2dBackward, outs, {a[0].toTensor(), a[1].toTensor(), a[7].toTensor()},
+                                 *attrs))
+        return {};
       return outs;
     });
     return t;

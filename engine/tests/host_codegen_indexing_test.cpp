@@ -29,7 +29,10 @@ namespace {
 using testing::kGuard;
 using testing::kGuardByte;
 using testing::Output;
+using testing::launch_outputs;
+using testing::split_launches;
 using testing::tensor_arg;
+using testing::threaded_for;
 
 using ir::Attributes;
 using ir::DType;
@@ -92,16 +95,6 @@ struct Case {
 };
 
 
-std::atomic<int> split_launches{0};
-
-void threaded_for(std::int64_t total, std::int64_t grain, VtpuParallelBody body, void* context, void*) {
-  std::vector<std::thread> threads;
-  if (total > grain) ++split_launches;
-  const std::int64_t chunk = std::max<std::int64_t>(grain, (total + 4) / 5);
-  for (std::int64_t begin = 0; begin < total; begin += chunk)
-    threads.emplace_back([=] { body(begin, std::min(total, begin + chunk), context); });
-  for (auto& t : threads) t.join();
-}
 
 class HostCodegenIndexing : public ::testing::Test {
  public:
@@ -299,7 +292,7 @@ TEST_F(HostCodegenIndexing, EveryKernelMatchesTheInterpreterBitwise) {
 
 TEST_F(HostCodegenIndexing, ThreadedLaunchIsBitwiseTheSerialOne) {
   int accumulating = 0;
-  split_launches = 0;
+  split_launches() = 0;
   for (const auto& c : cases()) {
     const Output serial = launch(c, nullptr, nullptr);
     const Output threaded = launch(c, &threaded_for, nullptr);
@@ -308,7 +301,7 @@ TEST_F(HostCodegenIndexing, ThreadedLaunchIsBitwiseTheSerialOne) {
   }
   EXPECT_GE(accumulating, 15);
   // The large cases really ran on several threads.
-  EXPECT_GE(split_launches.load(), 8);
+  EXPECT_GE(split_launches().load(), 8);
 }
 
 // Outputs may have any strides: column-major outputs hold the same values.

@@ -31,7 +31,10 @@ namespace {
 using testing::kGuard;
 using testing::kGuardByte;
 using testing::Output;
+using testing::launch_outputs;
+using testing::split_launches;
 using testing::tensor_arg;
+using testing::threaded_for;
 
 using ir::Attributes;
 using ir::DType;
@@ -83,16 +86,6 @@ struct Case {
 };
 
 
-int split_launches = 0;
-
-void threaded_for(std::int64_t total, std::int64_t grain, VtpuParallelBody body, void* context, void*) {
-  std::vector<std::thread> threads;
-  if (total > grain) ++split_launches;
-  const std::int64_t chunk = std::max<std::int64_t>(grain, (total + 4) / 5);
-  for (std::int64_t begin = 0; begin < total; begin += chunk)
-    threads.emplace_back([=] { body(begin, std::min(total, begin + chunk), context); });
-  for (auto& t : threads) t.join();
-}
 
 Attributes nll_attrs(const std::string& reduction, std::int64_t ignore, bool weight) {
   return {{"reduction", reduction}, {"ignore_index", ignore}, {"has_weight", weight}};
@@ -116,23 +109,7 @@ class HostCodegenLoss : public ::testing::Test {
   static std::vector<Output> launch(const Case& c, VtpuParallelFor parallel_for, VtpuKernelStatus* status,
                                     std::uint8_t fill = 0, std::vector<ir::Buffer> inputs = {}) {
     if (inputs.empty()) inputs = c.inputs;
-    std::vector<Output> outs;
-    for (ir::ValueId id : c.graph.outputs()) {
-      Output out;
-      out.type = c.graph.type(id);
-      out.storage.assign(static_cast<std::size_t>(out.type.storage_extent() * ir::itemsize(out.type.dtype)) + 2 * kGuard,
-                         fill);
-      std::fill(out.storage.begin(), out.storage.begin() + kGuard, kGuardByte);
-      std::fill(out.storage.end() - kGuard, out.storage.end(), kGuardByte);
-      outs.push_back(std::move(out));
-    }
-    std::vector<VtpuTensorArg> args;
-    for (auto& o : outs) args.push_back(tensor_arg(o.data(), o.type));
-    for (auto& b : inputs) args.push_back(tensor_arg(b.bytes.data(), b.type));
-    VtpuLaunchArgs launch_args{kLaunchAbiVersion, 0, static_cast<std::int32_t>(args.size()), args.data(), nullptr,
-                               parallel_for, nullptr, status};
-    library()->get(c.symbol)(&launch_args);
-    return outs;
+    return launch_outputs(*library(), c.symbol, c.graph, std::move(inputs), parallel_for, status, fill);
   }
 };
 
@@ -238,13 +215,13 @@ TEST_F(HostCodegenLoss, EveryKernelMatchesTheInterpreterBitwise) {
 }
 
 TEST_F(HostCodegenLoss, ThreadedLaunchIsBitwiseTheSerialOne) {
-  split_launches = 0;
+  split_launches() = 0;
   for (const auto& c : cases()) {
     const auto serial = launch(c, nullptr, nullptr);
     const auto threaded = launch(c, &threaded_for, nullptr);
     for (std::size_t o = 0; o < serial.size(); ++o) EXPECT_EQ(serial[o].bytes(), threaded[o].bytes()) << c.symbol;
   }
-  EXPECT_GE(split_launches, 3);  // the large cases ran on several threads
+  EXPECT_GE(split_launches().load(), 3);  // the large cases ran on several threads
 }
 
 // Values against hand-computed ATen results (not only the interpreter).

@@ -30,6 +30,42 @@ void refuse(OpKind op, const std::string& why) {
   throw Error(ErrorKind::kInvalidArgument, "[host codegen] " + std::string(ir::name(op)) + ": " + why);
 }
 
+const char* const kParallelRunSource = R"RUN(
+static inline void run(const VtpuLaunchArgs* args, int64_t items, int64_t cost_per_item, VtpuParallelBody body, void* c) {
+  if (items <= 0) return;
+  const int64_t cost = cost_per_item > 0 ? cost_per_item : 1;
+  const int64_t grain = 32768 / cost > 0 ? 32768 / cost : 1;
+  if (args->parallel_for != nullptr && items > grain) args->parallel_for(items, grain, body, c, args->runner);
+  else body(0, items, c);
+}
+)RUN";
+
+const ir::Node& single_op_node(const ir::Graph& graph, bool (*family)(OpKind), OpKind first, OpKind second,
+                               const char* what) {
+  const auto& outs = graph.outputs();
+  if (outs.empty() || outs.size() > 2)
+    throw Error(ErrorKind::kInvalidArgument, std::string("[host codegen] a ") + what + " kernel has one or two outputs");
+  const ir::Node& node = graph.node(outs[0]);
+  if (!family(node.op) || node.op == second) {
+    for (const auto& n : graph.nodes())
+      if (family(n.op)) refuse(n.op, std::string("not the first output of a ") + what + " kernel");
+    throw Error(ErrorKind::kInvalidArgument, std::string("[host codegen] no ") + what + " op in the graph");
+  }
+  if (outs.size() == 2) {
+    const ir::Node& other = graph.node(outs[1]);
+    if (node.op != first || other.op != second || node.inputs != other.inputs ||
+        node.attrs.entries() != other.attrs.entries())
+      refuse(node.op, "the second output must be the " + std::string(ir::name(second)) +
+                          " of the same operands and attributes");
+  }
+  if (node.inputs != graph.inputs()) refuse(node.op, "the graph's inputs must be the op's operands, in order");
+  if (graph.nodes().size() != graph.inputs().size() + outs.size())
+    for (const auto& n : graph.nodes())
+      if (n.op != OpKind::Input && !family(n.op))
+        refuse(node.op, std::string("a ") + what + " kernel is one op (" + std::string(ir::name(n.op)) + " beside it)");
+  return node;
+}
+
 const char* storage_type(DType t) {
   switch (t) {
     case DType::kBool: return "bool";
@@ -269,7 +305,7 @@ class Emitter {
       if (!host_codegen_supports(node.op) || detail::host_reduction_supports(node.op) ||
           detail::host_softmax_supports(node.op) || detail::host_reduction_stats_supports(node.op) ||
           detail::host_norm_supports(node.op) || detail::host_indexing_supports(node.op) ||
-          detail::host_loss_supports(node.op))
+          detail::host_loss_supports(node.op) || detail::host_pooling_supports(node.op))
         throw Error(ErrorKind::kInvalidArgument,
                     "[host codegen] " + std::string(ir::name(node.op)) + " is not an elementwise op");
       if (node.op != OpKind::Input && node.op != OpKind::Constant && node.type.sizes != out_sizes)
@@ -555,7 +591,7 @@ class Emitter {
 bool host_codegen_supports(ir::OpKind op) {
   if (detail::host_reduction_supports(op) || detail::host_softmax_supports(op) ||
       detail::host_reduction_stats_supports(op) || detail::host_norm_supports(op) ||
-      detail::host_indexing_supports(op) || detail::host_loss_supports(op))
+      detail::host_indexing_supports(op) || detail::host_loss_supports(op) || detail::host_pooling_supports(op))
     return true;
   switch (op) {
     case OpKind::Input:
@@ -602,6 +638,7 @@ GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& 
     if (detail::host_norm_supports(node.op)) return detail::emit_norm(graph, symbol);
     if (detail::host_indexing_supports(node.op)) return detail::emit_indexing(graph, symbol);
     if (detail::host_loss_supports(node.op)) return detail::emit_loss(graph, symbol);
+    if (detail::host_pooling_supports(node.op)) return detail::emit_pooling(graph, symbol);
   }
   return Emitter(graph).emit(symbol);
 }

@@ -117,13 +117,6 @@ static inline bool dense(const View& v, int first, int last) {
   return true;
 }
 static inline int64_t index_at(const View& ix, int64_t off) { return static_cast<int64_t>(reinterpret_cast<const I*>(ix.p)[off]); }
-static inline void run(const VtpuLaunchArgs* args, int64_t items, int64_t cost_per_item, VtpuParallelBody body, void* c) {
-  if (items <= 0) return;
-  const int64_t cost = cost_per_item > 0 ? cost_per_item : 1;
-  const int64_t grain = 32768 / cost > 0 ? 32768 / cost : 1;
-  if (args->parallel_for != nullptr && items > grain) args->parallel_for(items, grain, body, c, args->runner);
-  else body(0, items, c);
-}
 )HELPERS";
 
 // Accumulation in A (double or wrapping uint64), from and to storage type T.
@@ -565,7 +558,7 @@ GeneratedKernel emit_indexing(const ir::Graph& graph, const std::string& symbol)
     << "constexpr bool kFloat = " << (ir::is_floating(data) ? "true" : "false") << ";\n"
     << "constexpr int kOutRank = " << out_rank << ";\n";
   if (is_source(node.op)) {
-    s << "using I = int64_t;\nusing V = " << (ir::is_floating(data) ? "double" : "int64_t") << ";\n" << kHelpers;
+    s << "using I = int64_t;\nusing V = " << (ir::is_floating(data) ? "double" : "int64_t") << ";\n" << kParallelRunSource << kHelpers;
     int tensor = 1;
     for (int k = 0; k < static_cast<int>(node.inputs.size()); ++k)
       s << operand_function(graph, node, k, ir::is_floating(data), &tensor);
@@ -584,7 +577,7 @@ GeneratedKernel emit_indexing(const ir::Graph& graph, const std::string& symbol)
       << "constexpr int kRank = " << rank << ";\n"
       << "constexpr int kXRank = " << x.rank() << ";\n"
       << "constexpr int kIndexRank = " << index.rank() << ";\n"
-      << kHelpers;
+      << kParallelRunSource << kHelpers;
     switch (node.op) {
       case OpKind::IndexSelect:
         s << "constexpr int kDim = " << wrap_dim(node, static_cast<int>(x.rank())) << ";\n" << kIndexSelect;

@@ -54,8 +54,26 @@ GeneratedKernel emit_indexing(const ir::Graph& graph, const std::string& symbol)
 bool host_loss_supports(ir::OpKind op);
 GeneratedKernel emit_loss(const ir::Graph& graph, const std::string& symbol);
 
+// max_pool2d (with max_pool2d_indices) and max_pool2d_backward: see
+// host_codegen_pooling.cpp's launch contract.
+bool host_pooling_supports(ir::OpKind op);
+GeneratedKernel emit_pooling(const ir::Graph& graph, const std::string& symbol);
+
 // Throws Error(kInvalidArgument) "[host codegen] <op>: <why>": a graph a
 // generator does not handle (the bridge then keeps the op on ATen's kernel).
 [[noreturn]] void refuse(ir::OpKind op, const std::string& why);
+
+// Generated-code helper `run(args, items, cost_per_item, body, context)`:
+// body over [0, items) through args->parallel_for when there are more items
+// than a grain of about 32k units of cost, else inline.
+extern const char* const kParallelRunSource;
+
+// The node of a graph that is one op of a family (`family`), computed whole:
+// its operands are the graph's inputs in order, and its outputs the node,
+// optionally followed by `second` of the same operands and attributes (ATen's
+// second output of a `first` op). Refuses (throws) any other graph; `what`
+// names the kernel family in the messages.
+const ir::Node& single_op_node(const ir::Graph& graph, bool (*family)(ir::OpKind), ir::OpKind first, ir::OpKind second,
+                               const char* what);
 
 }  // namespace vtpu::compiler::detail

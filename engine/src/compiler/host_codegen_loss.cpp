@@ -50,13 +50,6 @@ using runtime::ErrorKind;
 constexpr const char* kHelpers = R"HELPERS(
 static inline C rnd(C v) { return static_cast<C>(vtpu_load(vtpu_store_t<T>::of(v))); }
 static inline C load(const T* p, int64_t off) { return static_cast<C>(vtpu_load(p[off])); }
-static inline void run(const VtpuLaunchArgs* args, int64_t items, int64_t cost_per_item, VtpuParallelBody body, void* c) {
-  if (items <= 0) return;
-  const int64_t cost = cost_per_item > 0 ? cost_per_item : 1;
-  const int64_t grain = 32768 / cost > 0 ? 32768 / cost : 1;
-  if (args->parallel_for != nullptr && items > grain) args->parallel_for(items, grain, body, c, args->runner);
-  else body(0, items, c);
-}
 // The rows' geometry: a 1-dim x is one row (row strides 0).
 struct Rows {
   int64_t rows, classes, xs0, xs1, ts;
@@ -169,10 +162,6 @@ std::string integer_literal(std::int64_t v) {
   return v == INT64_MIN ? std::string("INT64_MIN") : std::to_string(v) + "LL";
 }
 
-bool same_operands(const ir::Node& a, const ir::Node& b) {
-  return a.inputs == b.inputs && a.attrs.entries() == b.attrs.entries();
-}
-
 }  // namespace
 
 bool host_loss_supports(OpKind op) {
@@ -180,28 +169,9 @@ bool host_loss_supports(OpKind op) {
 }
 
 GeneratedKernel emit_loss(const ir::Graph& graph, const std::string& symbol) {
-  const auto& outs = graph.outputs();
-  if (outs.empty() || outs.size() > 2) throw Error(ErrorKind::kInvalidArgument, "[host codegen] a loss kernel has one or two outputs");
-  const ir::Node& node = graph.node(outs[0]);
+  const ir::Node& node = single_op_node(graph, &host_loss_supports, OpKind::NllLoss, OpKind::NllLossTotalWeight, "loss");
   const OpKind op = node.op;
-  if (op != OpKind::NllLoss && op != OpKind::NllLossBackward) {
-    for (const auto& n : graph.nodes())
-      if (host_loss_supports(n.op))
-        refuse(n.op, "a loss kernel's first output is an nll_loss or nll_loss_backward node");
-    throw Error(ErrorKind::kInvalidArgument, "[host codegen] no loss op in the graph");
-  }
-  const bool has_total = outs.size() == 2;
-  if (has_total) {
-    const ir::Node& total = graph.node(outs[1]);
-    if (op != OpKind::NllLoss || total.op != OpKind::NllLossTotalWeight || !same_operands(node, total))
-      refuse(op, "the second output must be the nll_loss_total_weight of the same operands and attributes");
-  }
-  if (node.inputs != graph.inputs()) refuse(op, "the graph's inputs must be the op's operands, in order");
-  if (graph.nodes().size() != graph.inputs().size() + outs.size())
-    for (const auto& n : graph.nodes())
-      if (n.op != OpKind::Input && !host_loss_supports(n.op))
-        refuse(op, "a loss kernel is one op (" + std::string(ir::name(n.op)) + " beside it)");
-
+  const bool has_total = graph.outputs().size() == 2;
   const bool backward = op == OpKind::NllLossBackward;
   const ir::TensorType& x = graph.type(node.inputs[backward ? 1 : 0]);
   const ir::TensorType& target = graph.type(node.inputs[backward ? 2 : 1]);
@@ -219,7 +189,7 @@ GeneratedKernel emit_loss(const ir::Graph& graph, const std::string& symbol) {
     << "constexpr bool kHasTotal = " << (has_total ? "true" : "false") << ";\n"
     << "constexpr int64_t kIgnoreIndex = " << integer_literal(node.attrs.get_int("ignore_index", -100)) << ";\n"
     << "constexpr int32_t kTargetOperand = " << (backward ? 2 : 1) << ";\n"
-    << kHelpers << (backward ? kBackward : kForward)
+    << kParallelRunSource << kHelpers << (backward ? kBackward : kForward)
     << "}  // namespace ns_" << symbol << "\n"
     << "extern \"C\" __attribute__((visibility(\"default\"))) void " << symbol
     << "(const struct VtpuLaunchArgs* args) { ns_" << symbol << "::launch(args); }\n";

@@ -29,6 +29,8 @@ Inferred infer_indexing(const Graph& g, OpKind op, const std::vector<ValueId>& i
                         const Attributes& attrs);
 // nll_loss and its backward (infer_loss.cpp); reached through infer_indexing.
 Inferred infer_loss(const Graph& g, OpKind op, const std::vector<ValueId>& in, const Attributes& attrs);
+// max_pool2d, its indices and its backward (infer_pooling.cpp); reached through infer_indexing.
+Inferred infer_pooling(const Graph& g, OpKind op, const std::vector<ValueId>& in, const Attributes& attrs);
 Inferred infer_extern(const Graph& g, OpKind op, const std::vector<ValueId>& in,
                       const Attributes& attrs);
 

@@ -56,6 +56,8 @@ Inferred infer_indexing(const Graph& g, OpKind op, const std::vector<ValueId>& i
                         const Attributes& attrs) {
   if (op == OpKind::NllLoss || op == OpKind::NllLossTotalWeight || op == OpKind::NllLossBackward)
     return infer_loss(g, op, in, attrs);
+  if (op == OpKind::MaxPool2d || op == OpKind::MaxPool2dIndices || op == OpKind::MaxPool2dBackward)
+    return infer_pooling(g, op, in, attrs);
   const TensorType& a = g.type(in[0]);
   const TensorType& b = g.type(in[1]);
   switch (op) {

@@ -44,6 +44,8 @@ Buffer eval_normalization(const Node& node, const std::vector<const Buffer*>& in
 Buffer eval_indexing(const Node& node, const std::vector<const Buffer*>& in);
 // nll_loss, its total weight and its backward (interp_loss.cpp).
 Buffer eval_loss(const Node& node, const std::vector<const Buffer*>& in);
+// max_pool2d, its indices and its backward (interp_pooling.cpp).
+Buffer eval_pooling(const Node& node, const std::vector<const Buffer*>& in);
 Buffer eval_extern(const Node& node, const std::vector<const Buffer*>& in);
 Buffer eval_conv(const Node& node, const std::vector<const Buffer*>& in);
 

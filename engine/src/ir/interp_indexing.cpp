@@ -183,6 +183,8 @@ Buffer sdpa(const Node& node, const std::vector<const Buffer*>& in) {
 Buffer eval_indexing(const Node& node, const std::vector<const Buffer*>& in) {
   if (node.op == OpKind::NllLoss || node.op == OpKind::NllLossTotalWeight || node.op == OpKind::NllLossBackward)
     return eval_loss(node, in);
+  if (node.op == OpKind::MaxPool2d || node.op == OpKind::MaxPool2dIndices || node.op == OpKind::MaxPool2dBackward)
+    return eval_pooling(node, in);
   const Buffer& x = *in[0];
   const Buffer& index = *in[1];
   Buffer out = Buffer::zeros(node.type);

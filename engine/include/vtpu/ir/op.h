@@ -167,7 +167,18 @@ enum class OpCategory : std::uint8_t {
          weight of the counted targets (0 for "none" of a 2-dim x) -> 0-dim */\
   X(NllLossBackward, "nll_loss_backward", kIndexing, 4, 5)                    \
       /* (grad, x, target, total_weight, weight?) reduction? ignore_index?    \
-         has_weight -> dx (x's shape; x's values are not read) */
+         has_weight -> dx (x's shape; x's values are not read) */            \
+  /* pooling (indexing: every output takes one element of its window) */      \
+  X(MaxPool2d, "max_pool2d", kIndexing, 1, 1)                                 \
+      /* (x [C, H, W] or [N, C, H, W], floating) kernel_size [kH, kW]         \
+         stride [sH, sW] padding [pH, pW] dilation [dH, dW] ceil_mode?        \
+         -> the window maxima (NaN wins), ATen's output size */               \
+  X(MaxPool2dIndices, "max_pool2d_indices", kIndexing, 1, 1)                  \
+      /* max_pool2d's second ATen output, same operand and attributes:        \
+         int64 position h * W + w of each maximum within its plane */         \
+  X(MaxPool2dBackward, "max_pool2d_backward", kIndexing, 3, 3)                \
+      /* (grad, x, indices) max_pool2d's attributes -> dx (x's shape; x's     \
+         values are not read): grad added at each index, in output order */
 
 enum class OpKind : std::uint16_t {
 #define VTPU_IR_OP_ENUM(e, n, c, lo, hi) e,

@@ -1,0 +1,124 @@
+"""2-d max pooling on vTPU's generated kernels (host_codegen_pooling.cpp).
+
+Values, indices and the input gradient are compared bitwise with the CPU: the
+maximum is one of the inputs, the index follows ATen's rule (the first maximum
+of a window, NaN wins, the last NaN), and the backward adds gradients in ATen's
+order. Every mode runs the same kernels.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torch_vtpu
+
+MODES = ("debug", "strict", "fused")
+
+# (input shape, kernel_size, stride, padding, dilation, ceil_mode)
+GEOMETRIES = [
+    ((2, 3, 8, 10), 2, None, 0, 1, False),
+    ((2, 3, 9, 7), 2, 2, 0, 1, True),
+    ((2, 4, 11, 12), 3, 2, 1, 1, False),
+    ((1, 3, 6, 6), 3, 1, 1, 1, False),  # overlapping windows: gradients add
+    ((1, 2, 13, 11), (3, 2), (2, 1), (1, 1), (2, 3), True),
+    ((5, 10, 9), (2, 3), (2, 3), (0, 1), 1, True),  # 3-dim (C, H, W)
+    ((4, 16, 32, 32), 2, 2, 0, 1, False),
+]
+
+
+def _data(shape, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    # Half-integers: ties are common. Then a few NaN and -inf.
+    x = (torch.randint(-4, 5, shape, generator=g) * 0.5).to(dtype)
+    flat = x.view(-1)
+    pick = torch.randperm(flat.numel(), generator=g)
+    flat[pick[: max(1, flat.numel() // 40)]] = float("nan")
+    flat[pick[-max(1, flat.numel() // 40):]] = float("-inf")
+    return x
+
+
+def _pool_both(x, geometry, layout=None):
+    _, k, s, p, d, ceil = geometry
+    xc = x.clone()
+    if layout == "channels_last":
+        xc = xc.contiguous(memory_format=torch.channels_last)
+    elif layout == "transposed":
+        xc = xc.transpose(-1, -2).contiguous().transpose(-1, -2)
+    xc.requires_grad_()
+    xv = xc.detach().to("vtpu").requires_grad_()
+    assert xv.stride() == xc.stride()
+    outs = []
+    for t in (xc, xv):
+        y, idx = F.max_pool2d(t, k, s, p, d, ceil, return_indices=True)
+        g = torch.linspace(-1, 1, y.numel(), dtype=torch.float64).reshape(y.shape).to(y.dtype).to(y.device)
+        y.backward(g)
+        outs.append((y.detach().cpu(), idx.cpu(), t.grad.cpu()))
+    return outs
+
+
+def _bitwise(a, b):
+    """Same dtype, shape and bytes (NaN payloads included)."""
+    as_bytes = lambda t: t.contiguous().view(-1).view(torch.uint8)
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(as_bytes(a), as_bytes(b))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_values_indices_and_gradients_are_cpus_bits(mode, dtype):
+    torch_vtpu.reset_metrics()
+    with torch_vtpu.mode(mode):
+        for i, geometry in enumerate(GEOMETRIES):
+            x = _data(geometry[0], dtype, seed=i)
+            (yc, ic, gc), (yv, iv, gv) = _pool_both(x, geometry)
+            assert _bitwise(yv, yc), (geometry, dtype)
+            assert torch.equal(iv, ic), (geometry, dtype)
+            assert _bitwise(gv, gc), (geometry, dtype)
+        torch.vtpu.synchronize()
+    fallbacks = torch_vtpu.metrics()["host_fallback_ops"]
+    assert not any("max_pool" in op for op in fallbacks), fallbacks
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "transposed"])
+def test_strided_inputs_give_cpus_bits_and_layout(layout):
+    for i, geometry in enumerate(GEOMETRIES[:5]):
+        (yc, ic, gc), (yv, iv, gv) = _pool_both(_data(geometry[0], torch.float32, seed=10 + i), geometry, layout)
+        assert _bitwise(yv, yc) and torch.equal(iv, ic) and _bitwise(gv, gc), (geometry, layout)
+        assert gv.stride() == gc.stride(), (geometry, layout)
+
+
+def test_module_in_a_training_step_runs_the_generated_kernels():
+    torch_vtpu.profile_ops(True)
+    try:
+        torch_vtpu.reset_metrics()
+        pool = nn.MaxPool2d(2)
+        x = torch.randn(8, 16, 32, 32, device="vtpu", requires_grad=True)
+        pool(x).square().sum().backward()
+        torch.vtpu.synchronize()
+        by_op = torch_vtpu.metrics()["device_time_by_op"]
+    finally:
+        torch_vtpu.profile_ops(False)
+    assert by_op["max_pool2d"][1] == 1 and by_op["max_pool2d_backward"][1] == 1, by_op
+    assert not any("max_pool" in op for op in torch_vtpu.metrics()["host_fallback_ops"])
+
+
+@pytest.mark.parametrize("args", [
+    dict(kernel_size=0),
+    dict(kernel_size=2, padding=2),  # more than half the kernel
+    dict(kernel_size=9),  # output too small
+    dict(kernel_size=2, stride=0),
+    dict(kernel_size=(2, 2, 2)),
+])
+def test_invalid_geometries_raise_what_the_cpu_raises(args):
+    x = torch.randn(1, 2, 6, 6)
+    with pytest.raises(Exception) as cpu_error:
+        F.max_pool2d(x, **args)
+    with pytest.raises(type(cpu_error.value)):
+        F.max_pool2d(x.to("vtpu"), **args).cpu()
+
+
+def test_integer_input_takes_atens_kernel_and_matches_the_cpu():
+    """The generated kernel is floating only; integer pooling stays on ATen's CPU kernel."""
+    x = torch.randint(-50, 50, (2, 3, 6, 6))
+    yc, ic = F.max_pool2d(x, 2, return_indices=True)
+    yv, iv = F.max_pool2d(x.to("vtpu"), 2, return_indices=True)
+    assert torch.equal(yv.cpu(), yc) and torch.equal(iv.cpu(), ic)

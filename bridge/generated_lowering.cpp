@@ -230,6 +230,35 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
           OpKind::EmbeddingBackward, {}, {a[0].toTensor(), a[1].toTensor()},
           {{"num_weights", a[2].toInt()}, {"padding_idx", a[3].toInt()}, {"scale_grad_by_freq", a[4].toBool()}});
     }));
+    // _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices,
+    // num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights?, padding_idx): the dense
+    // backward of mode "sum" is embedding_dense_backward of each index's bag row of grad, so two
+    // generated kernels (index_select by offset2bag, then the sorted accumulation) instead of
+    // ATen's CPU kernel. The forward leaves offset2bag empty on its fast path; then it is ATen's
+    // make_offset2bag, the bag of index k: (offsets <= k) - 1, from offsets on the device.
+    // Mean/max modes, per-sample weights, sparse gradients, scale_grad_by_freq (ATen's bag
+    // variant scales differently from embedding's) and offsets with one entry more than there are
+    // bags (include_last_offset, whose trailing indices the offsets alone do not place) stay on ATen.
+    t->emplace("aten::_embedding_bag_backward", single([](Args a) -> at::Tensor {
+      const at::Tensor& grad = a[0].toTensor();
+      const at::Tensor& indices = a[1].toTensor();
+      const at::Tensor& offsets = a[2].toTensor();
+      const bool weighted = a[10].isTensor() && a[10].toTensor().defined();
+      if (a[9].toBool() || a[8].toInt() != 0 || weighted || a[7].toBool() || grad.dim() != 2 || indices.dim() != 1 ||
+          offsets.dim() != 1 || offsets.numel() != grad.size(0) || indices.numel() == 0 ||
+          offsets.scalar_type() != indices.scalar_type())
+        return {};
+      at::Tensor bags = a[3].toTensor();
+      if (bags.numel() != indices.numel()) {
+        const at::Tensor positions = at::arange(indices.numel(), offsets.options());
+        bags = at::searchsorted(offsets, positions, offsets.scalar_type() == at::kInt, /*right=*/true).sub_(1);
+      }
+      const at::Tensor rows = launch_generated_indexed(OpKind::IndexSelect, {}, {grad, bags}, {{"dim", std::int64_t{0}}});
+      if (!rows.defined()) return {};
+      return launch_generated_indexed(
+          OpKind::EmbeddingBackward, {}, {rows, indices},
+          {{"num_weights", a[6].toInt()}, {"padding_idx", a[11].toInt()}, {"scale_grad_by_freq", false}});
+    }));
     t->emplace("aten::arange.start_out", single([](Args a) -> at::Tensor {
       at::Tensor out = a[3].toTensor();
       const auto dtype = out.scalar_type();

@@ -4,6 +4,45 @@
 
 namespace vtpu::bridge {
 
+namespace {
+
+// embedding_bag's index results (offset2bag, bag_size, max_indices: results
+// 1-3) as ATen's CPU kernel shapes them; its meta kernel follows the CUDA
+// kernel's shapes on any device but the CPU. Arguments from `first`: weight,
+// indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights?,
+// include_last_offset, padding_idx. The CPU kernel leaves offset2bag empty on
+// its "sum" fast path (float, half or bfloat16 weight with unit column
+// stride, no padding index, unit-stride per-sample weights); the forward-only
+// op's "sum" keeps bag_size and max_indices at offsets' length; "max" gives
+// one max index per bag and column. All three have the indices' and offsets'
+// promoted dtype. Measured against the CPU kernel over every mode, weight
+// dtype and layout, padding index, per-sample weights, include_last_offset
+// and index dtype (tests/python/test_embedding_bag.py).
+HostResult embedding_bag_result(bool forward_only, std::size_t result, const Stack& stack, std::size_t first) {
+  const at::Tensor& weight = stack[first].toTensor();
+  const at::Tensor& indices = stack[first + 1].toTensor();
+  const at::Tensor& offsets = stack[first + 2].toTensor();
+  const std::int64_t mode = stack[first + 4].toInt();
+  const c10::IValue& psw = stack[first + 6];
+  const bool include_last_offset = stack[first + 7].toBool();
+  const std::int64_t padding_idx = stack[first + 8].toInt();
+  const auto wt = weight.scalar_type();
+  const bool weighted = psw.isTensor() && psw.toTensor().defined();
+  const bool fast_sum = (wt == at::kFloat || wt == at::kHalf || wt == at::kBFloat16) && weight.dim() == 2 &&
+                        weight.stride(1) == 1 && padding_idx < 0 && (!weighted || psw.toTensor().stride(0) == 1);
+  const std::int64_t bags = offsets.numel() - (include_last_offset ? 1 : 0);
+  const std::int64_t bag_len = forward_only && mode == 0 ? offsets.numel() : bags;
+  HostResult host{(indices.scalar_type() == at::kLong || offsets.scalar_type() == at::kLong) ? at::kLong : at::kInt,
+                  false, std::nullopt};
+  if (result == 1) host.sizes = std::vector<std::int64_t>{mode != 0 || !fast_sum ? indices.numel() : 0};
+  else if (result == 2) host.sizes = std::vector<std::int64_t>{bag_len};
+  else if (mode == 2) host.sizes = std::vector<std::int64_t>{bags, weight.size(1)};
+  else host.sizes = std::vector<std::int64_t>{bag_len};
+  return host;
+}
+
+}  // namespace
+
 // Where ATen's meta and CPU kernels disagree about a result, the device must
 // give what the CPU kernel gives:
 // - the normalisation ops return their statistics (results after the first)
@@ -16,9 +55,12 @@ HostResult host_result(const c10::OperatorHandle& op, std::size_t result, const 
   static const std::unordered_set<std::string> norms = {
       "aten::native_layer_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit",
       "aten::_batch_norm_with_update", "aten::native_group_norm"};
-  HostResult host{meta_out.scalar_type(), false};
+  HostResult host{meta_out.scalar_type(), false, std::nullopt};
   if (result == 0 || !stack[first].isTensor()) return host;
   const std::string& name = op.operator_name().name;
+  if ((name == "aten::_embedding_bag" || name == "aten::_embedding_bag_forward_only") && result <= 3 &&
+      stack.size() >= first + 9)
+    return embedding_bag_result(name == "aten::_embedding_bag_forward_only", result, stack, first);
   if (!norms.count(name)) return host;
   const auto input_dtype = stack[first].toTensor().scalar_type();
   if (meta_out.scalar_type() == at::kFloat && (input_dtype == at::kBFloat16 || input_dtype == at::kHalf))
@@ -57,19 +99,13 @@ OpSet& unusable_out_variants() {
   return ops;
 }
 
-// Ops whose meta kernel gives other result shapes than their CPU kernel
-// (embedding_bag's offset2bag/bag_size depend on the mode in ways the meta
-// kernel does not follow): they run synchronously, with the CPU's shapes.
-// Ops found to disagree at run time join them (see check_fresh_geometry).
+// Ops found at run time to give other result shapes than their meta kernel
+// promised (see check_fresh_geometry): they run synchronously from then on,
+// with the CPU's shapes. (embedding_bag, whose meta kernel follows CUDA's
+// shapes, gets the CPU's from host_result instead.)
 OpSet& meta_disagrees_with_cpu() {
-  static OpSet* ops = [] {
-    auto* set = new OpSet();
-    for (const char* name : {"aten::_embedding_bag", "aten::_embedding_bag_forward_only"}) {
-      if (auto op = c10::Dispatcher::singleton().findSchema({name, ""})) set->add(*op);
-    }
-    return set;
-  }();
-  return *ops;
+  static OpSet ops;
+  return ops;
 }
 
 // A queued kernel must produce exactly the geometry promised to Python at

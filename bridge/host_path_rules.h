@@ -9,7 +9,9 @@
 
 #include <cstddef>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 #include <unordered_set>
 
 namespace vtpu::bridge {
@@ -19,9 +21,11 @@ using Stack = torch::jit::Stack;
 struct HostResult {
   c10::ScalarType dtype;
   bool empty;
+  // The CPU kernel's sizes (a contiguous result) where they are not the meta kernel's.
+  std::optional<std::vector<std::int64_t>> sizes;
 };
 
-// The dtype (and emptiness) result `result` of `op` must have so that the
+// The dtype, emptiness or sizes result `result` of `op` must have so that the
 // device gives what ATen's CPU kernel gives; `meta_out` is the meta kernel's.
 HostResult host_result(const c10::OperatorHandle& op, std::size_t result, const at::Tensor& meta_out,
                        const Stack& stack, std::size_t first);

@@ -94,3 +94,49 @@ def test_gradient_adds_each_bag_row_once_per_index():
                                       torch.tensor([0, 3], device="vtpu"), mode="sum")
     out.backward(torch.tensor([[1.0, 2.0], [10.0, 20.0]], device="vtpu"))
     assert torch.equal(weight.grad.cpu(), torch.tensor([[0.0, 0.0], [11.0, 22.0], [2.0, 4.0], [0.0, 0.0]]))
+
+
+def _forward_cases():
+    for op in ("_embedding_bag", "_embedding_bag_forward_only"):
+        for dtype in (torch.float32, torch.bfloat16, torch.float64):
+            for mode in (0, 1, 2):
+                for padding_idx in (-1, 2):
+                    for include_last_offset in (False, True):
+                        for layout in ("contiguous", "transposed"):
+                            for index_dtypes in ((torch.int64, torch.int64), (torch.int32, torch.int32),
+                                                 (torch.int32, torch.int64)):
+                                yield op, dtype, mode, padding_idx, include_last_offset, layout, index_dtypes
+            # per-sample weights (mode "sum" only), contiguous and strided
+            for psw_stride in (1, 2):
+                yield op, torch.float32, 0, -1, False, "contiguous", (torch.int64, torch.int64), psw_stride
+
+
+def test_forward_results_have_the_cpu_kernels_shapes_without_synchronising():
+    """The index results' shapes and dtypes come from a rule (host_path_rules.cpp), not a sync:
+    every combination gives the CPU kernel's four results, values included."""
+    torch_vtpu.reset_metrics()
+    checked = 0
+    for case in _forward_cases():
+        op, dtype, mode, padding_idx, include_last_offset, layout, (index_dtype, offset_dtype) = case[:7]
+        psw_stride = case[7] if len(case) > 7 else None
+        weight = torch.randn(10, 4, dtype=dtype) if layout == "contiguous" else torch.randn(4, 10, dtype=dtype).t()
+        indices = torch.tensor([1, 2, 3, 3, 4, 5], dtype=index_dtype)
+        offsets = torch.tensor([0, 2, 4] + ([6] if include_last_offset else []), dtype=offset_dtype)
+        psw_base = None if psw_stride is None else torch.rand(6 * psw_stride, dtype=dtype)
+        psw = None if psw_base is None else psw_base[::psw_stride]
+        args = (False, mode, False, psw, include_last_offset, padding_idx)
+        fn = getattr(torch.ops.aten, op)
+        expected = fn(weight, indices, offsets, *args)
+        to_dev = lambda t: None if t is None else t.to("vtpu")
+        weight_v = weight.to("vtpu") if layout == "contiguous" else weight.t().contiguous().to("vtpu").t()
+        psw_v = None if psw_base is None else psw_base.to("vtpu")[::psw_stride]  # the same strides as on the CPU
+        got = fn(weight_v, to_dev(indices), to_dev(offsets), False, mode, False, psw_v, include_last_offset,
+                 padding_idx)
+        for k, (g, e) in enumerate(zip(got, expected)):
+            assert g.shape == e.shape and g.dtype == e.dtype, (case, k, g.shape, e.shape, g.dtype, e.dtype)
+            if k == 0 or k == 2 or (k == 3 and mode == 2):  # the bags' values (the rest is scratch)
+                assert torch.equal(g.cpu(), e), (case, k)
+        checked += 1
+    torch.vtpu.synchronize()
+    assert checked == 2 * 3 * (3 * 2 * 2 * 2 * 3 + 2)  # ops x dtypes x (combinations + weighted)
+    assert "meta_disagrees_with_cpu" not in torch_vtpu.metrics()["syncs"], torch_vtpu.metrics()["syncs"]

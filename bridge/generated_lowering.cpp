@@ -421,6 +421,15 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
     else return false;
   }
   if (lowering.accepts && !lowering.accepts(operands)) return false;
+  // TensorIterator's layout for a fresh result of `sizes`, simplified: the
+  // strides of the first operand of that shape when it is dense (so
+  // channels-last or transposed inputs give such a result), else row-major.
+  auto fresh_strides = [&](c10::IntArrayRef sizes) -> std::optional<std::vector<std::int64_t>> {
+    for (const at::Tensor& t : operands)
+      if (t.device().type() == kVtpu && t.sizes().equals(sizes))
+        return t.is_non_overlapping_and_dense() ? std::optional(t.strides().vec()) : std::nullopt;
+    return std::nullopt;
+  };
   at::Tensor out;
   switch (lowering.result) {
     case Lowering::Result::kOutArgument:  // the last argument for every such op in the table
@@ -432,13 +441,19 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
       if (!lowering.reduction && out.numel() == 0 && out.device().type() == kVtpu) {
         std::vector<std::int64_t> sizes;
         for (const at::Tensor& t : operands) sizes = at::infer_size(sizes, t.sizes());
-        if (c10::multiply_integers(sizes) != 0) out.resize_(sizes);
+        if (c10::multiply_integers(sizes) != 0) {
+          out.resize_(sizes);
+          if (const auto strides = fresh_strides(sizes)) out.as_strided_(sizes, *strides);
+        }
       }
       break;
-    case Lowering::Result::kFresh:
+    case Lowering::Result::kFresh: {
       if (operands[0].device().type() != kVtpu) return false;
-      out = empty_device(operands[0].sizes(), operands[0].scalar_type());
+      const auto strides = fresh_strides(operands[0].sizes());
+      out = strides ? empty_device_strided(operands[0].sizes(), *strides, operands[0].scalar_type())
+                    : empty_device(operands[0].sizes(), operands[0].scalar_type());
       break;
+    }
     case Lowering::Result::kFreshBroadcast: {
       if (operands[0].device().type() != kVtpu) return false;
       std::vector<std::int64_t> sizes = operands[0].sizes().vec();
@@ -446,7 +461,9 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
       at::native::ResultTypeState state{};
       for (std::size_t i = static_cast<std::size_t>(lowering.promote_from); i < operands.size(); ++i)
         state = at::native::update_result_type_state(operands[i], state);
-      out = empty_device(sizes, at::native::result_type(state));
+      const auto strides = fresh_strides(sizes);
+      out = strides ? empty_device_strided(sizes, *strides, at::native::result_type(state))
+                    : empty_device(sizes, at::native::result_type(state));
       break;
     }
     case Lowering::Result::kInPlace:

@@ -50,8 +50,11 @@ struct DeviceStructured final : Meta {
                   " doesn't match the broadcast shape ", sizes);
     } else {
       const auto dtype = c10::typeMetaToScalarType(options.dtype());
-      // Empty strides mean "contiguous" in the structured-kernel protocol.
-      out = strides.empty() ? empty_device(sizes, dtype) : empty_device_strided(sizes, strides, dtype);
+      // Empty strides mean "dense in options' memory format" in the
+      // structured-kernel protocol: TensorIterator's fast setup for
+      // channels-last inputs asks for a channels-last output that way.
+      out = strides.empty() ? empty_device(sizes, dtype, options.memory_format_opt())
+                            : empty_device_strided(sizes, strides, dtype);
     }
     Meta::set_output_raw_strided(index, sizes, strides, options);
   }

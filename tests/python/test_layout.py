@@ -1,0 +1,58 @@
+"""Result layouts: an op on vtpu returns the strides the CPU returns.
+
+PyTorch's elementwise ops follow their inputs' memory layout (TensorIterator):
+a channels-last input gives a channels-last result, a transposed one a
+transposed result. Code that views results (`.view`, `.data_ptr` arithmetic,
+custom kernels) depends on it, and keeping channels-last activations
+channels-last is what lets oneDNN's faster convolutions be used.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_vtpu
+
+UNARY = {
+    "relu": torch.relu, "exp": torch.exp, "neg": torch.neg, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+    "silu": F.silu, "gelu": F.gelu, "abs": torch.abs, "sin": torch.sin, "sqrt_abs": lambda t: t.abs().sqrt(),
+    "rsqrt_abs": lambda t: (t.abs() + 1).rsqrt(), "log_abs": lambda t: (t.abs() + 1).log(),
+    "clamp": lambda t: t.clamp(-0.5, 0.5), "mul_scalar": lambda t: t * 3, "add_scalar": lambda t: t + 1,
+    "pow": lambda t: t.pow(2), "leaky_relu": F.leaky_relu,
+}
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": lambda a, b: a / (b.abs() + 1),
+    "maximum": torch.maximum, "where": lambda a, b: torch.where(a > 0, a, b),
+}
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(2, 6, 5, 4, generator=g)
+    return {
+        "channels_last": base.contiguous(memory_format=torch.channels_last),
+        "transposed": torch.randn(7, 9, generator=g).t(),
+        "permuted": torch.randn(3, 4, 5, generator=g).permute(2, 0, 1),
+    }
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+@pytest.mark.parametrize("layout", sorted(_inputs()))
+def test_elementwise_results_keep_the_cpus_strides(mode, layout):
+    x = _inputs()[layout]
+    y = x.clone() * 0.5  # the same layout (clone preserves it)
+    mismatches = []
+    with torch_vtpu.mode(mode):
+        xv, yv = x.to("vtpu"), y.to("vtpu")
+        assert xv.stride() == x.stride()
+        for name, fn in UNARY.items():
+            expected, got = fn(x), fn(xv)
+            if got.stride() != expected.stride():
+                mismatches.append((name, expected.stride(), got.stride()))
+            torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
+        for name, fn in BINARY.items():
+            expected, got = fn(x, y), fn(xv, yv)
+            if got.stride() != expected.stride():
+                mismatches.append((name, expected.stride(), got.stride()))
+            torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
+        torch.vtpu.synchronize()
+    assert not mismatches, mismatches

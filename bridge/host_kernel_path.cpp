@@ -424,9 +424,10 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         return device_view(arg, meta_out);
       }
       const HostResult host = host_result(op, r, meta_out, *stack, first);
-      at::Tensor out = host.sizes ? empty_device(*host.sizes, host.dtype)
-                       : host.empty ? empty_device({0}, host.dtype)
-                                    : fresh_output_like(meta_out, host.dtype);
+      at::Tensor out = host.sizes           ? empty_device(*host.sizes, host.dtype)
+                       : host.memory_format ? empty_device(meta_out.sizes(), host.dtype, host.memory_format)
+                       : host.empty         ? empty_device({0}, host.dtype)
+                                            : fresh_output_like(meta_out, host.dtype);
       fresh_slots.push_back(static_cast<int>(fresh.size()));
       fresh.push_back(out);
       return out;

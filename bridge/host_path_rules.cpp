@@ -33,7 +33,7 @@ HostResult embedding_bag_result(bool forward_only, std::size_t result, const Sta
   const std::int64_t bags = offsets.numel() - (include_last_offset ? 1 : 0);
   const std::int64_t bag_len = forward_only && mode == 0 ? offsets.numel() : bags;
   HostResult host{(indices.scalar_type() == at::kLong || offsets.scalar_type() == at::kLong) ? at::kLong : at::kInt,
-                  false, std::nullopt};
+                  false, std::nullopt, std::nullopt};
   if (result == 1) host.sizes = std::vector<std::int64_t>{mode != 0 || !fast_sum ? indices.numel() : 0};
   else if (result == 2) host.sizes = std::vector<std::int64_t>{bag_len};
   else if (mode == 2) host.sizes = std::vector<std::int64_t>{bags, weight.size(1)};
@@ -55,9 +55,22 @@ HostResult host_result(const c10::OperatorHandle& op, std::size_t result, const 
   static const std::unordered_set<std::string> norms = {
       "aten::native_layer_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit",
       "aten::_batch_norm_with_update", "aten::native_group_norm"};
-  HostResult host{meta_out.scalar_type(), false, std::nullopt};
-  if (result == 0 || !stack[first].isTensor()) return host;
+  HostResult host{meta_out.scalar_type(), false, std::nullopt, std::nullopt};
   const std::string& name = op.operator_name().name;
+  // convolution(input, weight, ...): the CPU kernels (oneDNN and the slow
+  // ones alike) return channels-last when the input or the weight is
+  // channels-last; the meta kernel does so only for CPU and CUDA tensors.
+  if (result == 0 && name == "aten::convolution" && stack.size() > first + 1 && stack[first].isTensor() &&
+      stack[first + 1].isTensor() && meta_out.dim() == 4) {
+    const at::Tensor& input = stack[first].toTensor();
+    const at::Tensor& weight = stack[first + 1].toTensor();
+    const auto channels_last = [](const at::Tensor& t) {
+      return t.dim() == 4 && t.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+    };
+    if (channels_last(input) || channels_last(weight)) host.memory_format = at::MemoryFormat::ChannelsLast;
+    return host;
+  }
+  if (result == 0 || !stack[first].isTensor()) return host;
   if ((name == "aten::_embedding_bag" || name == "aten::_embedding_bag_forward_only") && result <= 3 &&
       stack.size() >= first + 9)
     return embedding_bag_result(name == "aten::_embedding_bag_forward_only", result, stack, first);

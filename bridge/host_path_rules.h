@@ -23,6 +23,9 @@ struct HostResult {
   bool empty;
   // The CPU kernel's sizes (a contiguous result) where they are not the meta kernel's.
   std::optional<std::vector<std::int64_t>> sizes;
+  // The CPU kernel's memory format (with the meta kernel's sizes) where the
+  // meta kernel lays the result out otherwise.
+  std::optional<c10::MemoryFormat> memory_format;
 };
 
 // The dtype, emptiness or sizes result `result` of `op` must have so that the

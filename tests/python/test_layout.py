@@ -56,3 +56,25 @@ def test_elementwise_results_keep_the_cpus_strides(mode, layout):
             torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-6)
         torch.vtpu.synchronize()
     assert not mismatches, mismatches
+
+
+@pytest.mark.parametrize("input_cl, weight_cl", [(True, False), (False, True), (True, True), (False, False)])
+def test_convolution_results_keep_the_cpus_memory_format(input_cl, weight_cl):
+    """The CPU's convolution returns channels-last when its input or weight is (the meta
+    kernel says so only for CPU and CUDA tensors; host_path_rules.cpp gives vtpu the CPU's)."""
+    x = torch.randn(2, 8, 6, 6)
+    w = torch.randn(4, 8, 3, 3)
+    if input_cl:
+        x = x.contiguous(memory_format=torch.channels_last)
+    if weight_cl:
+        w = w.contiguous(memory_format=torch.channels_last)
+    results = []
+    for device in ("cpu", "vtpu"):
+        xd = x.to(device).detach().requires_grad_()
+        wd = w.to(device).detach().requires_grad_()
+        y = F.conv2d(xd, wd, padding=1)
+        y.backward(torch.linspace(-1, 1, y.numel()).reshape(y.shape).to(device))
+        results.append((y, xd.grad, wd.grad))
+    for cpu, vtpu in zip(*results):
+        assert vtpu.stride() == cpu.stride()
+        torch.testing.assert_close(vtpu.detach().cpu(), cpu.detach(), rtol=1e-5, atol=1e-5)

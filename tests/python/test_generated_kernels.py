@@ -100,6 +100,7 @@ cases = {
     "softmax": lambda x, y, b: x.softmax(-1), "log_softmax": lambda x, y, b: F.log_softmax(x, -1),
     "bias_add": lambda x, y, b: x + b, "bias_mul": lambda x, y, b: x * b,
     "bf16_mul": lambda x, y, b: x.bfloat16() * y.bfloat16(),
+    "max_pool2d": lambda x, y, b: F.max_pool2d(x.view(2, 2, 4, 8), 2),
 }
 torch_vtpu.reset_metrics()
 diffs = {}

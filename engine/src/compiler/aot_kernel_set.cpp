@@ -136,6 +136,25 @@ void add_losses(std::vector<Graph>& set) {
   set.push_back(ir::single_op(OpKind::NllLossBackward, {scalar, x, target, scalar}, attrs));
 }
 
+// nn.MaxPool2d(2) as a CNN uses it: float32 NCHW, 2x2 windows of stride 2,
+// values with indices, and the backward.
+void add_max_pool(std::vector<Graph>& set) {
+  const ir::Attributes attrs{{"kernel_size", std::vector<std::int64_t>{2, 2}},
+                             {"stride", std::vector<std::int64_t>{2, 2}},
+                             {"padding", std::vector<std::int64_t>{0, 0}},
+                             {"dilation", std::vector<std::int64_t>{1, 1}},
+                             {"ceil_mode", false}};
+  const TensorType x = TensorType::contiguous(DType::kFloat32, {2, 3, 8, 8});
+  Graph forward;
+  const ir::ValueId fx = forward.add_input(x);
+  forward.mark_output(forward.add_node(OpKind::MaxPool2d, {fx}, attrs));
+  forward.mark_output(forward.add_node(OpKind::MaxPool2dIndices, {fx}, attrs));
+  set.push_back(std::move(forward));
+  const TensorType pooled = TensorType::contiguous(DType::kFloat32, {2, 3, 4, 4});
+  set.push_back(ir::single_op(OpKind::MaxPool2dBackward,
+                              {pooled, x, TensorType::contiguous(DType::kInt64, {2, 3, 4, 4})}, attrs));
+}
+
 }  // namespace
 
 std::vector<Graph> aot_kernel_set() {
@@ -147,6 +166,7 @@ std::vector<Graph> aot_kernel_set() {
   add_softmax(set, DType::kBFloat16, false);
   add_fills_and_copies(set);
   add_losses(set);
+  add_max_pool(set);
   return set;
 }
 

@@ -158,6 +158,27 @@ TEST(HostCodegenFusedReduction, GivesTheBitsOfTheUnfusedKernels) {
          return g.add_node(OpKind::Mul, {g.add_node(OpKind::Add, {in[0], in[1]}), in[1]});
        },
        OpKind::Sum, {-1}, false},
+      // A batch norm's variance: sum((x - mean)^2) over N, H, W with the mean
+      // broadcast: the row is H*W (the fast row: x stride 1, mean stride 0).
+      {"batch_norm_var", {f32({4, 3, 5, 7}), TensorType{DType::kFloat32, {4, 3, 5, 7}, {0, 1, 0, 0}}},
+       [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>&) {
+         const ValueId d = g.add_node(OpKind::Sub, {in[0], in[1]});
+         return g.add_node(OpKind::Mul, {d, d});
+       },
+       OpKind::Sum, {0, 2, 3}, true},
+      // The same over channels-last x (the row runs with stride C) with a
+      // stored result, and over x with H and W swapped in memory (the row's
+      // dims do not nest: element offsets computed per element).
+      {"channels_last", {TensorType{DType::kFloat32, {4, 3, 5, 7}, {105, 1, 21, 3}}, f32({4, 3, 5, 7})},
+       [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>& extra) {
+         const ValueId d = g.add_node(OpKind::Mul, {in[0], in[1]});
+         extra.push_back(g.add_node(OpKind::Neg, {d}));
+         return d;
+       },
+       OpKind::Sum, {0, 2, 3}, false},
+      {"not_nested", {TensorType{DType::kFloat32, {4, 3, 5, 7}, {105, 35, 1, 5}}},
+       [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>&) { return g.add_node(OpKind::Exp, {in[0]}); },
+       OpKind::Mean, {0, 2, 3}, true},
       {"prod", {f32({3, 8})},
        [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>&) { return g.add_node(OpKind::Sigmoid, {in[0]}); },
        OpKind::Prod, {1}, false},

@@ -332,6 +332,13 @@ TEST(HostCodegenReductions, MatchTheInterpreter) {
       {OpKind::Sum, TensorType::contiguous(DType::kFloat32, {9, 70}), {0}, false},
       {OpKind::Amin, TensorType::contiguous(DType::kBFloat16, {4, 3, 40}), {0, 1}, false},
       {OpKind::Sum, TensorType::contiguous(DType::kInt64, {2, 50, 3}), {1}, false},
+      // Several trailing reduced dims make one row (a batch norm's statistics
+      // over N, H, W): nested in memory (contiguous; channels-last, whose row
+      // runs with stride C), and not nested (H and W swapped in memory).
+      {OpKind::Sum, TensorType::contiguous(DType::kFloat32, {4, 3, 5, 7}), {0, 2, 3}, true},
+      {OpKind::Mean, TensorType{DType::kFloat32, {4, 3, 5, 7}, {105, 1, 21, 3}}, {0, 2, 3}, false},
+      {OpKind::Amax, TensorType{DType::kFloat32, {4, 3, 5, 7}, {105, 35, 1, 5}}, {0, 2, 3}, true},
+      {OpKind::Sum, TensorType{DType::kFloat32, {3, 6, 9}, {54, 1, 6}}, {}, false},
   };
   std::mt19937 rng(3);
   std::vector<Case> cases;

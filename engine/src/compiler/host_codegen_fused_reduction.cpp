@@ -16,6 +16,7 @@
 // element's value is what the single-op elementwise kernels would have stored
 // (half/bf16 rounded to storage, float kept in float), so the fused kernel
 // gives the bits strict mode gets from the unfused ops.
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -70,6 +71,11 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
   int last_reduced = -1;
   for (int d = 0; d < rank; ++d)
     if (reduced[static_cast<std::size_t>(d)]) last_reduced = d;
+  // The row: the trailing run of reduced dims, reduced as one row of their
+  // flattened elements, as host_codegen_reduction.cpp does.
+  int row_start = -1;  // columns: no row
+  if (last_reduced == rank - 1)
+    for (row_start = last_reduced; row_start > 0 && reduced[static_cast<std::size_t>(row_start - 1)];) --row_start;
 
   const auto& outputs = graph.outputs();
   const int num_outputs = static_cast<int>(outputs.size());
@@ -100,8 +106,35 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
   s << "namespace ns_" << symbol << " {\nstruct Context {\n";
   for (int t = 0; t < num_tensors; ++t) s << "  char* p" << t << ";\n";
   s << "  const double* scalars;\n  int64_t count;\n  int64_t sizes[VTPU_MAX_RANK];\n  int64_t strides["
-    << num_tensors << "][VTPU_MAX_RANK];\n};\n"
+    << num_tensors << "][VTPU_MAX_RANK];\n"
+    << "  int64_t row_n;\n  int64_t row_st[" << num_tensors << "];\n  bool row_merged;\n  bool row_fast;\n};\n"
     << "constexpr int kLanes = 32;\n";
+  // The row's offset of element i of tensor t when its dims do not nest.
+  s << "inline int64_t row_offset(const Context& c, int t, int64_t i) {\n  int64_t off = 0;\n";
+  for (int d = rank - 1; d >= row_start && row_start >= 0; --d)
+    s << "  off += (i % c.sizes[" << d << "]) * c.strides[t][" << d << "]; i /= c.sizes[" << d << "];\n";
+  s << "  return off;\n}\n";
+  // The fast row: every tensor walks the row with a stride known here (1, or
+  // 0 for a broadcast input), so the loop vectorises without gathers.
+  // Inputs: the stride their layout class implies (the class is in the
+  // kernel's key); stored outputs: 1. Checked at launch (row_fast).
+  std::vector<int> fast_stride(static_cast<std::size_t>(num_tensors), 1);
+  bool has_fast = row_start >= 0;
+  for (std::size_t k = 0; k < graph.inputs().size() && has_fast; ++k) {
+    const ir::TensorType& type = graph.type(graph.inputs()[k]);
+    std::int64_t n = 1, st = 0;
+    bool nested = true;
+    for (int d = rank - 1; d >= row_start; --d) {
+      const auto du = static_cast<std::size_t>(d);
+      if (type.sizes[du] == 1) continue;
+      if (n == 1) st = type.strides[du];
+      else if (type.strides[du] != n * st) nested = false;
+      n *= type.sizes[du];
+    }
+    if (!nested || (st != 0 && st != 1)) has_fast = false;
+    fast_stride[static_cast<std::size_t>(num_outputs) + k] = static_cast<int>(st);
+  }
+  fast_stride[static_cast<std::size_t>(red_slot)] = 0;
   // element(): one element's elementwise work and stores; returns the value
   // the reduction accumulates.
   s << "inline " << acc << " element(const Context& c";
@@ -142,7 +175,7 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     std::vector<std::string> base(static_cast<std::size_t>(num_tensors));
     for (int t = 0; t < num_tensors; ++t) base[static_cast<std::size_t>(t)] = "off" + slot(t);
     for (int d = 0; d < rank; ++d) {
-      if (!reduced[static_cast<std::size_t>(d)] || (skip_last && d == last_reduced)) continue;
+      if (!reduced[static_cast<std::size_t>(d)] || (skip_last && d >= row_start)) continue;
       s << ind << std::string(2 * depth, ' ') << "for (int64_t r" << d << " = 0; r" << d << " < c.sizes[" << d
         << "]; ++r" << d << ") {\n";
       for (int t = 0; t < num_tensors; ++t)
@@ -162,6 +195,12 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
       if (t != red_slot) text += ", base" + slot(t) + " + " + step + " * st" + slot(t);
     return text + ")";
   };
+  auto call_with = [&](const std::function<std::string(int)>& offset) {
+    std::string text = "element(c";
+    for (int t = 0; t < num_tensors; ++t)
+      if (t != red_slot) text += ", base" + slot(t) + offset(t);
+    return text + ")";
+  };
   auto store = [&](const std::string& offset, const std::string& value) {
     return "*reinterpret_cast<" + out_t + "*>(c.p" + slot(red_slot) + " + (" + offset + ") * " +
            std::to_string(ir::itemsize(red.type.dtype)) + ") = vtpu_store_t<" + out_t + ">::of(" + value + finish + ");";
@@ -171,16 +210,23 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     << "  const Context& c = *static_cast<const Context*>(raw);\n";
   const bool rows = last_reduced == rank - 1;
   if (rows) {
-    const std::string last = std::to_string(last_reduced);
     s << "  for (int64_t o = begin; o < end; ++o) {\n";
     emit_offsets("    ", "o");
     s << "    " << acc << " acc = " << init << ";\n";
     const int depth = open_loops("    ", true);
     const std::string ind = "    " + std::string(2 * depth, ' ');
-    for (int t = 0; t < num_tensors; ++t) s << ind << "const int64_t st" << t << " = c.strides[" << t << "][" << last << "];\n";
-    s << ind << "const " << acc << " part = vtpu_lanes_reduce<" << acc << ">(c.sizes[" << last << "], " << acc << "("
-      << init << "), [&](int64_t i) { return " << call("i") << "; }, [](" << acc << " a, " << acc << " b) { return "
-      << combine << "; });\n"
+    for (int t = 0; t < num_tensors; ++t) s << ind << "const int64_t st" << t << " = c.row_st[" << t << "];\n";
+    auto lanes = [&](const std::string& value) {
+      return "vtpu_lanes_reduce<" + acc + ">(c.row_n, " + acc + "(" + init + "), [&](int64_t i) { return " + value +
+             "; }, [](" + acc + " a, " + acc + " b) { return " + combine + "; })";
+    };
+    s << ind << "const " << acc << " part =\n";
+    if (has_fast)
+      s << ind << "    c.row_fast ? " << lanes(call_with([&](int t) {
+        return fast_stride[static_cast<std::size_t>(t)] == 1 ? std::string(" + i") : std::string();
+      })) << " :\n";
+    s << ind << "    c.row_merged ? " << lanes(call("i")) << " :\n"
+      << ind << "    " << lanes(call_with([&](int t) { return " + row_offset(c, " + slot(t) + ", i)"; })) << ";\n"
       << ind << "{ const " << acc << " a = acc, b = part; acc = " << combine << "; }\n";
     close_loops("    ", depth);
     s << "    " << store("off" + slot(red_slot), "acc") << "\n  }\n";
@@ -219,6 +265,23 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     for (int t = 0; t < num_tensors; ++t)
       s << "  c.strides[" << t << "][" << ds << "] = args->tensors[" << t << "].strides[" << ds << "];\n";
     s << (reduced[static_cast<std::size_t>(d)] ? "  c.count *= c.sizes[" : "  outputs *= c.sizes[") << ds << "];\n";
+  }
+  if (row_start >= 0) {
+    // Whether every tensor's row dims nest in memory (one run of stride
+    // row_st[t]), and whether the strides are the fast row's.
+    s << "  c.row_n = 1; c.row_merged = true;\n"
+      << "  for (int t = 0; t < " << num_tensors << "; ++t) c.row_st[t] = 0;\n"
+      << "  for (int d = " << rank - 1 << "; d >= " << row_start << "; --d) {\n"
+      << "    if (c.sizes[d] == 1) continue;\n"
+      << "    for (int t = 0; t < " << num_tensors << "; ++t) {\n"
+      << "      if (c.row_n == 1) c.row_st[t] = c.strides[t][d];\n"
+      << "      else if (c.strides[t][d] != c.row_n * c.row_st[t]) c.row_merged = false;\n"
+      << "    }\n"
+      << "    c.row_n *= c.sizes[d];\n  }\n"
+      << "  c.row_fast = c.row_merged";
+    for (int t = 0; t < num_tensors; ++t)
+      if (t != red_slot) s << " && c.row_st[" << t << "] == " << fast_stride[static_cast<std::size_t>(t)];
+    s << ";\n";
   }
   s << "  if (outputs <= 0) return;\n"
     << "  const int64_t grain = c.count > 0 ? (32768 + c.count - 1) / c.count : 32768;\n"

@@ -98,15 +98,21 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
   constexpr int kLanes = 32;
 
   std::ostringstream s;
+  // A row of several trailing reduced dims (x.sum((2, 3)) of NCHW, a
+  // batch norm's statistics) is reduced as one row of their flattened
+  // elements: vtpu_lanes_reduce over H*W elements instead of H rows of W,
+  // each ending in a horizontal combine. The order depends on the sizes only;
+  // a row whose dims do not nest in memory walks them with row_offset().
+  const ReductionLoops loops(s, rank, reduced, /*merge_row=*/true);
   s << "namespace ns_" << symbol << " {\n"
     << "struct Context { char* out; const char* in; int64_t sizes[VTPU_MAX_RANK]; int64_t out_strides[VTPU_MAX_RANK];"
-    << " int64_t in_strides[VTPU_MAX_RANK]; int64_t count; };\n"
-    << "constexpr int kLanes = " << kLanes << ";\n"
-    << "void body(int64_t begin, int64_t end, void* raw) {\n"
+    << " int64_t in_strides[VTPU_MAX_RANK]; int64_t count; int64_t row_n; int64_t row_st; bool row_merged; };\n"
+    << "constexpr int kLanes = " << kLanes << ";\n";
+  if (loops.merged_row()) loops.emit_row_offset();
+  s << "void body(int64_t begin, int64_t end, void* raw) {\n"
     << "  const Context& c = *static_cast<const Context*>(raw);\n"
     << "  const " << in_t << "* in = reinterpret_cast<const " << in_t << "*>(c.in);\n"
     << "  " << out_t << "* out = reinterpret_cast<" << out_t << "*>(c.out);\n";
-  const ReductionLoops loops(s, rank, reduced);
 
   if (rows) {
     const std::string n = "c.sizes[" + std::to_string(last_reduced) + "]";
@@ -121,10 +127,17 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
       return "vtpu_lanes_reduce<" + acc + ">(n, " + acc + "(" + init + "), [&](int64_t i) { return " + load(index) +
              "; }, [](" + acc + " a, " + acc + " b) { return " + combine_ab + " })";
     };
-    s << ind << "const int64_t base = " << offset << ", n = " << n << ", st = " << st << ";\n"
-      << ind << "const " << acc << " part = st == 1 ? " << lanes("base + i") << "\n"
-      << ind << "                        : " << lanes("base + i * st") << ";\n"
-      << ind << step("acc", "part") << "\n";
+    if (loops.merged_row()) {
+      s << ind << "const int64_t base = " << offset << ", n = c.row_n, st = c.row_st;\n"
+        << ind << "const " << acc << " part = !c.row_merged ? " << lanes("base + row_offset(c, i)") << "\n"
+        << ind << "                        : st == 1 ? " << lanes("base + i") << "\n"
+        << ind << "                        : " << lanes("base + i * st") << ";\n";
+    } else {
+      s << ind << "const int64_t base = " << offset << ", n = " << n << ", st = " << st << ";\n"
+        << ind << "const " << acc << " part = st == 1 ? " << lanes("base + i") << "\n"
+        << ind << "                        : " << lanes("base + i * st") << ";\n";
+    }
+    s << ind << step("acc", "part") << "\n";
     loops.close_loops("    ", depth);
     s << "    out[out_off] = vtpu_store_t<" << out_t << ">::of(acc" << finish << ");\n";
     loops.emit_advance("    ");

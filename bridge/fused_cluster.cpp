@@ -120,10 +120,34 @@ double scalar_of(const ir::AttrValue& v) {
   return 0;
 }
 
+// Whether another cluster may read what cluster `index` leaves in the memory
+// of `mine`: one before it touches the memory (kept, conservatively), or the
+// next one after it does, unless that one overwrites the same elements before
+// reading any (the allocator handing a dropped temporary's block to a later
+// result: its first write makes this cluster's value unreadable).
+bool read_elsewhere(const std::vector<Cluster>& clusters, std::size_t index, const UseMap& uses, const Geometry& mine) {
+  const std::vector<Use>& list = uses.at(mine.storage);
+  std::size_t next = clusters.size();
+  for (const Use& use : list) {
+    if (use.cluster < index) return true;
+    if (use.cluster > index) next = std::min(next, use.cluster);
+  }
+  if (next == clusters.size()) return false;
+  bool overwritten = false;
+  for (const Use& use : list) {
+    if (use.cluster != next) continue;
+    if (use.read_first) return true;
+    overwritten = overwritten || (use.written && use.geometry == mine &&
+                                  clusters[next].iter_sizes == clusters[index].iter_sizes);
+  }
+  return !overwritten;
+}
+
 }  // namespace
 
-void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::size_t index, const UseMap& uses,
-                    FusionStats& stats, LaunchBatch& batch) {
+void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clusters, std::size_t index,
+                    const UseMap& uses, FusionStats& stats, LaunchBatch& batch) {
+  const Cluster& cluster = clusters[index];
   if (cluster.ops.size() == 1) {
     launch_unfused(ops, cluster, stats, batch);
     return;
@@ -226,11 +250,10 @@ void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::siz
   std::uint64_t dead = 0;
   for (std::size_t i = 0; i < written.size(); ++i) {
     const void* storage = written[i].first.storage;
-    bool used_elsewhere = false;
-    for (const Use& use : uses.at(storage)) used_elsewhere = used_elsewhere || use.cluster != index;
     // A reduction's result is always stored: the fused kernel is built
     // around it.
-    const bool dead_store = storage != cluster.reduction_out && !used_elsewhere && written_operand[i]->weak.expired();
+    const bool dead_store = storage != cluster.reduction_out && written_operand[i]->weak.expired() &&
+                            !read_elsewhere(clusters, index, uses, written[i].first);
     if (dead_store) {
       ++dead;
       continue;

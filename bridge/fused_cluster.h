@@ -38,6 +38,9 @@ struct Use {
   std::size_t cluster;
   Geometry geometry;
   bool written;
+  // The cluster's first access is a read: it needs the value the memory held
+  // before the cluster ran.
+  bool read_first;
 };
 
 using UseMap = std::unordered_map<const void*, std::vector<Use>>;
@@ -94,8 +97,9 @@ class LaunchBatch {
 
 // Launches cluster `index` of the window `ops` at a flush: one fused kernel
 // when its pattern's kernel is ready, else its ops on strict's single-op
-// kernels (requesting the fused one). `uses` is the window's use map.
-void launch_cluster(std::vector<WindowOp>& ops, const Cluster& cluster, std::size_t index, const UseMap& uses,
-                    FusionStats& stats, LaunchBatch& batch);
+// kernels (requesting the fused one). `uses` is the window's use map,
+// `clusters` the window's clusters.
+void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clusters, std::size_t index,
+                    const UseMap& uses, FusionStats& stats, LaunchBatch& batch);
 
 }  // namespace vtpu::bridge::fused

@@ -243,7 +243,11 @@ void Window::record(WindowOp op) {
         same->written = same->written || i == 0;
         continue;
       }
-      list.push_back(Use{k, geometries[i], i == 0});
+      // First access a read: an input, or an in-place op's output (it reads
+      // the value before writing it).
+      const bool read_first =
+          i != 0 || std::find(geometries.begin() + 1, geometries.end(), geometries[0]) != geometries.end();
+      list.push_back(Use{k, geometries[i], i == 0, read_first});
       clusters_[k].storages.push_back(geometries[i].storage);
     }
     ops_.push_back(std::move(op));
@@ -280,7 +284,7 @@ void Window::end_chain() {
 
 void Window::flush_locked(std::vector<WindowOp>& released, bool hold) {
   for (std::size_t k = 0; k < clusters_.size(); ++k)
-    if (!clusters_[k].ops.empty()) fused::launch_cluster(ops_, clusters_[k], k, uses_, stats_, held_);
+    if (!clusters_[k].ops.empty()) fused::launch_cluster(ops_, clusters_, k, uses_, stats_, held_);
   // Held kernels go out once there is enough work for a task: the device
   // then runs them while the program records the next chains.
   if (!hold || held_.elements() >= kHeldElementLimit) held_.enqueue();
@@ -299,9 +303,31 @@ void end_fused_chain() {
   if (fused_recording_active()) window().end_chain();
 }
 
+namespace {
+// Depth of OpWindow scopes forcing strict mode to record on this thread.
+thread_local int op_window_depth = 0;
+}  // namespace
+
 bool fused_recording_active() {
   DeviceContext& context = DeviceContext::get();
-  return context.mode() == Mode::kFused && !context.stream().on_worker_thread();
+  const Mode mode = context.mode();
+  return (mode == Mode::kFused || (mode == Mode::kStrict && op_window_depth > 0)) &&
+         !context.stream().on_worker_thread();
+}
+
+OpWindow::OpWindow() {
+  DeviceContext& context = DeviceContext::get();
+  forced_ = context.mode() == Mode::kStrict && !context.stream().on_worker_thread();
+  if (forced_) ++op_window_depth;
+}
+
+OpWindow::~OpWindow() {
+  if (forced_) --op_window_depth;
+}
+
+void OpWindow::flush() {
+  // Only the outermost scope queues: a nested one's ops stay with it.
+  if (forced_ && op_window_depth == 1) window().flush("op_window", /*count=*/false);
 }
 
 namespace {

@@ -86,6 +86,25 @@ std::int64_t fused_min_elements();
 void set_fused_min_elements(std::int64_t elements);
 void record_in_window(WindowOp op);
 
+// One op implemented as several vTPU ops (batch norm's lowering) runs as a
+// fused program in strict mode too, as ATen's kernel for it is one fused
+// loop: while an instance lives, strict mode records this thread's ops into
+// the window, and flush() queues them (the op is then queued like any strict
+// op, nothing waits). In fused mode the ops simply join the pending window,
+// so they fuse with the ops around them; debug mode runs them one by one.
+// Fused kernels give the unfused kernels' bits, so every mode gets the same.
+class OpWindow {
+ public:
+  OpWindow();
+  ~OpWindow();  // stops recording; anything left is flushed by the next launch
+  OpWindow(const OpWindow&) = delete;
+  OpWindow& operator=(const OpWindow&) = delete;
+  void flush();
+
+ private:
+  bool forced_ = false;
+};
+
 // A compiled program's chain boundary (torch_vtpu/compiler/schedule.py): the
 // window's clusters are closed and their kernels built, but queued only at
 // the next flush, batched with the chains after them. No-op outside fused

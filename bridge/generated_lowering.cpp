@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "aten_bridge.h"
+#include "batch_norm_lowering.h"
 #include "generated_kernels.h"
 
 namespace vtpu::bridge {
@@ -239,6 +240,11 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
     // Mean/max modes, per-sample weights, sparse gradients, scale_grad_by_freq (ATen's bag
     // variant scales differently from embedding's) and offsets with one entry more than there are
     // bags (include_last_offset, whose trailing indices the offsets alone do not place) stay on ATen.
+    t->emplace("aten::native_batch_norm", lower_native_batch_norm);
+    t->emplace("aten::_native_batch_norm_legit", [](Args a) { return lower_native_batch_norm_legit(a, true); });
+    t->emplace("aten::_native_batch_norm_legit.no_stats",
+               [](Args a) { return lower_native_batch_norm_legit(a, false); });
+    t->emplace("aten::native_batch_norm_backward", lower_native_batch_norm_backward);
     t->emplace("aten::_embedding_bag_backward", single([](Args a) -> at::Tensor {
       const at::Tensor& grad = a[0].toTensor();
       const at::Tensor& indices = a[1].toTensor();

@@ -67,6 +67,39 @@ def test_chain_of_six_elementwise_ops_is_one_kernel():
     assert torch.equal(out.cpu(), _in_strict(_chain6, x, y).cpu())
 
 
+def _scaled_by_own_sum(x):
+    s = (x * 2.0).sum(-1, keepdim=True)  # the product dies here; its block is free
+    return x * s  # allocated in that block, written in a later kernel (it reads s)
+
+
+def test_a_dropped_temporary_whose_block_a_later_result_overwrites_is_not_stored():
+    """The allocator hands a dropped temporary's block to the next result of
+    its size; when that result's kernel writes the block before anything
+    reads it, the temporary's value can never be read, so it is not stored."""
+    x = torch.randn(64, 512, device="vtpu")
+    out, m = _steady_metrics(_scaled_by_own_sum, x)
+    assert m["kernels_launched"] == 2, m
+    assert m["dead_stores_skipped"] == 1, m
+    assert torch.equal(out.cpu(), _in_strict(_scaled_by_own_sum, x).cpu())
+
+
+def _updated_in_place_after_drop(x):
+    t = x * 2.0
+    s = t.sum(-1, keepdim=True)
+    t.add_(s)  # a later kernel reads the product, then overwrites it in place
+    return t.sum(-1)
+
+
+def test_a_temporary_a_later_kernel_reads_before_overwriting_is_stored():
+    """The in-place add reads the product before writing the same memory: the
+    product's kernel must store it. (The in-place result is kept too: an
+    earlier kernel touched its memory, which the rule treats as a reader.)"""
+    x = torch.randn(64, 512, device="vtpu")
+    out, m = _steady_metrics(_updated_in_place_after_drop, x)
+    assert m["kernels_launched"] == 2 and m["dead_stores_skipped"] == 0, m
+    assert torch.equal(out.cpu(), _in_strict(_updated_in_place_after_drop, x).cpu())
+
+
 def test_small_ops_start_no_window_by_default():
     """By default (fused_min_elements 4096) an op over fewer elements that would start a
     window launches as in strict mode; one over more starts a window, and a small op

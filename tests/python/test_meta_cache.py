@@ -64,8 +64,11 @@ def test_functional_batch_norm_writes_running_stats_once_per_call(memory_format)
         got = torch.ops.aten._native_batch_norm_legit(x.to("vtpu"), *dev, True, 0.1, 1e-5)
         for g, w in zip(got, want):
             assert g.shape == w.shape and g.stride() == w.stride()
-            assert torch.equal(g.cpu(), w)
-    assert torch.equal(dev[2].cpu(), mean) and torch.equal(dev[3].cpu(), var)
+            # Training-mode batch norm runs vTPU's ops (test_batch_norm.py):
+            # equal to rounding; a second update would be off by ~10%.
+            torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dev[2].cpu(), mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(dev[3].cpu(), var, rtol=1e-5, atol=1e-6)
 
 def test_out_arguments_are_resized_as_their_first_call_said():
     a = torch.randn(8, 5)

@@ -179,6 +179,16 @@ TEST(HostCodegenFusedReduction, GivesTheBitsOfTheUnfusedKernels) {
       {"not_nested", {TensorType{DType::kFloat32, {4, 3, 5, 7}, {105, 35, 1, 5}}},
        [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>&) { return g.add_node(OpKind::Exp, {in[0]}); },
        OpKind::Mean, {0, 2, 3}, true},
+      // A layer norm's weight gradient: sum over rows of dy * (x - mean) with
+      // the mean broadcast along the kept columns (stride 0 there), 70
+      // columns: two whole groups of 32 and a remainder.
+      {"layer_norm_weight_grad", {f32({6, 70}), TensorType{DType::kFloat32, {6, 70}, {1, 0}}, f32({6, 70})},
+       [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>& extra) {
+         const ValueId centred = g.add_node(OpKind::Sub, {in[0], in[1]});
+         extra.push_back(centred);
+         return g.add_node(OpKind::Mul, {in[2], centred});
+       },
+       OpKind::Sum, {0}, false},
       {"prod", {f32({3, 8})},
        [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>&) { return g.add_node(OpKind::Sigmoid, {in[0]}); },
        OpKind::Prod, {1}, false},

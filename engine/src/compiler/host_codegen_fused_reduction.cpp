@@ -107,7 +107,8 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
   for (int t = 0; t < num_tensors; ++t) s << "  char* p" << t << ";\n";
   s << "  const double* scalars;\n  int64_t count;\n  int64_t sizes[VTPU_MAX_RANK];\n  int64_t strides["
     << num_tensors << "][VTPU_MAX_RANK];\n"
-    << "  int64_t row_n;\n  int64_t row_st[" << num_tensors << "];\n  bool row_merged;\n  bool row_fast;\n};\n"
+    << "  int64_t row_n;\n  int64_t row_st[" << num_tensors << "];\n  bool row_merged;\n  bool row_fast;\n"
+    << "  bool col_fast;\n};\n"
     << "constexpr int kLanes = 32;\n";
   // The row's offset of element i of tensor t when its dims do not nest.
   s << "inline int64_t row_offset(const Context& c, int t, int64_t i) {\n  int64_t off = 0;\n";
@@ -135,6 +136,16 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     fast_stride[static_cast<std::size_t>(num_outputs) + k] = static_cast<int>(st);
   }
   fast_stride[static_cast<std::size_t>(red_slot)] = 0;
+  // Columns: the same along the kept innermost dim, which the l-loop walks:
+  // with every tensor's stride known (1, or 0 for an input broadcast along
+  // it), the loop over a group of kLanes neighbouring outputs vectorises.
+  std::vector<int> col_stride(static_cast<std::size_t>(num_tensors), 1);
+  bool has_col_fast = row_start < 0;
+  for (std::size_t k = 0; k < graph.inputs().size() && has_col_fast; ++k) {
+    const std::int64_t st = graph.type(graph.inputs()[k]).strides[static_cast<std::size_t>(rank - 1)];
+    if (st != 0 && st != 1) has_col_fast = false;
+    col_stride[static_cast<std::size_t>(num_outputs) + k] = static_cast<int>(st);
+  }
   // element(): one element's elementwise work and stores; returns the value
   // the reduction accumulates.
   s << "inline " << acc << " element(const Context& c";
@@ -243,6 +254,14 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
       << "    for (int l = 0; l < kLanes; ++l) lanes[l] = " << init << ";\n";
     const int depth = open_loops("    ", false);
     const std::string ind = "    " + std::string(2 * depth, ' ');
+    if (has_col_fast)
+      s << ind << "if (c.col_fast && group == kLanes) {\n"
+        << ind << "  for (int l = 0; l < kLanes; ++l) { const " << acc << " a = lanes[l], b = "
+        << call_with([&](int t) {
+             return col_stride[static_cast<std::size_t>(t)] == 1 ? std::string(" + l") : std::string();
+           })
+        << "; lanes[l] = " << combine << "; }\n"
+        << ind << "} else\n";
     s << ind << "for (int l = 0; l < group; ++l) { const " << acc << " a = lanes[l], b = " << call("l")
       << "; lanes[l] = " << combine << "; }\n";
     close_loops("    ", depth);
@@ -281,6 +300,13 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
       << "  c.row_fast = c.row_merged";
     for (int t = 0; t < num_tensors; ++t)
       if (t != red_slot) s << " && c.row_st[" << t << "] == " << fast_stride[static_cast<std::size_t>(t)];
+    s << ";\n";
+  }
+  if (has_col_fast) {
+    s << "  c.col_fast = true";
+    for (int t = 0; t < num_tensors; ++t)
+      if (t != red_slot)
+        s << " && c.strides[" << t << "][" << rank - 1 << "] == " << col_stride[static_cast<std::size_t>(t)];
     s << ";\n";
   }
   s << "  if (outputs <= 0) return;\n"

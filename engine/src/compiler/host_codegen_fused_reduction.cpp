@@ -109,7 +109,7 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     << num_tensors << "][VTPU_MAX_RANK];\n"
     << "  int64_t row_n;\n  int64_t row_st[" << num_tensors << "];\n  bool row_merged;\n  bool row_fast;\n"
     << "  bool col_fast;\n};\n"
-    << "constexpr int kLanes = 32;\n";
+    << "constexpr int kLanes = 32;\nconstexpr int kGroup = 512;\n";
   // The row's offset of element i of tensor t when its dims do not nest.
   s << "inline int64_t row_offset(const Context& c, int t, int64_t i) {\n  int64_t off = 0;\n";
   for (int d = rank - 1; d >= row_start && row_start >= 0; --d)
@@ -138,7 +138,7 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
   fast_stride[static_cast<std::size_t>(red_slot)] = 0;
   // Columns: the same along the kept innermost dim, which the l-loop walks:
   // with every tensor's stride known (1, or 0 for an input broadcast along
-  // it), the loop over a group of kLanes neighbouring outputs vectorises.
+  // it), the loop over a block of kLanes neighbouring outputs vectorises.
   std::vector<int> col_stride(static_cast<std::size_t>(num_tensors), 1);
   bool has_col_fast = row_start < 0;
   for (std::size_t k = 0; k < graph.inputs().size() && has_col_fast; ++k) {
@@ -242,24 +242,33 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     close_loops("    ", depth);
     s << "    " << store("off" + slot(red_slot), "acc") << "\n  }\n";
   } else {
-    // Columns: groups of up to kLanes neighbouring outputs along the kept
-    // innermost dim, each accumulated in sequential order.
+    // Columns: groups of up to kGroup neighbouring outputs along the kept
+    // innermost dim, each accumulated in sequential order. A group is wide
+    // (512 accumulators, 4 KiB of doubles) so that each row of each tensor
+    // is read as one run of up to 2 KiB: with groups of 32 outputs every row
+    // of every tensor was a separate page (TLB misses dominated a column sum
+    // fused with a backward's elementwise work). Each output's order is the
+    // same for any group width.
     const std::string last = std::to_string(rank - 1);
     s << "  for (int64_t o = begin; o < end;) {\n";
     emit_offsets("    ", "o");
-    s << "    const int64_t group = std::min<int64_t>({(int64_t)kLanes, c.sizes[" << last << "] - k" << last
+    s << "    const int64_t group = std::min<int64_t>({(int64_t)kGroup, c.sizes[" << last << "] - k" << last
       << ", end - o});\n";
     for (int t = 0; t < num_tensors; ++t) s << "    const int64_t st" << t << " = c.strides[" << t << "][" << last << "];\n";
-    s << "    " << acc << " lanes[kLanes];\n"
-      << "    for (int l = 0; l < kLanes; ++l) lanes[l] = " << init << ";\n";
+    s << "    " << acc << " lanes[kGroup];\n"
+      << "    for (int l = 0; l < kGroup; ++l) lanes[l] = " << init << ";\n";
     const int depth = open_loops("    ", false);
     const std::string ind = "    " + std::string(2 * depth, ' ');
     if (has_col_fast)
-      s << ind << "if (c.col_fast && group == kLanes) {\n"
-        << ind << "  for (int l = 0; l < kLanes; ++l) { const " << acc << " a = lanes[l], b = "
+      s << ind << "if (c.col_fast) {\n"
+        << ind << "  int64_t l = 0;\n"
+        << ind << "  for (; l + kLanes <= group; l += kLanes)\n"
+        << ind << "    for (int j = 0; j < kLanes; ++j) { const " << acc << " a = lanes[l + j], b = "
         << call_with([&](int t) {
-             return col_stride[static_cast<std::size_t>(t)] == 1 ? std::string(" + l") : std::string();
+             return col_stride[static_cast<std::size_t>(t)] == 1 ? std::string(" + (l + j)") : std::string();
            })
+        << "; lanes[l + j] = " << combine << "; }\n"
+        << ind << "  for (; l < group; ++l) { const " << acc << " a = lanes[l], b = " << call("l")
         << "; lanes[l] = " << combine << "; }\n"
         << ind << "} else\n";
     s << ind << "for (int l = 0; l < group; ++l) { const " << acc << " a = lanes[l], b = " << call("l")

@@ -227,15 +227,18 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     const int depth = open_loops("    ", true);
     const std::string ind = "    " + std::string(2 * depth, ' ');
     for (int t = 0; t < num_tensors; ++t) s << ind << "const int64_t st" << t << " = c.row_st[" << t << "];\n";
-    auto lanes = [&](const std::string& value) {
-      return "vtpu_lanes_reduce<" + acc + ">(c.row_n, " + acc + "(" + init + "), [&](int64_t i) { return " + value +
+    // The fast row touches element i of every tensor at step i (the
+    // window's rules: a buffer read and written is the same memory at the
+    // same offsets), so its lane loop carries no dependence.
+    auto lanes = [&](const std::string& value, bool ivdep = false) {
+      return std::string(ivdep ? "vtpu_lanes_reduce_ivdep<" : "vtpu_lanes_reduce<") + acc + ">(c.row_n, " + acc + "(" + init + "), [&](int64_t i) { return " + value +
              "; }, [](" + acc + " a, " + acc + " b) { return " + combine + "; })";
     };
     s << ind << "const " << acc << " part =\n";
     if (has_fast)
       s << ind << "    c.row_fast ? " << lanes(call_with([&](int t) {
         return fast_stride[static_cast<std::size_t>(t)] == 1 ? std::string(" + i") : std::string();
-      })) << " :\n";
+      }), /*ivdep=*/true) << " :\n";
     s << ind << "    c.row_merged ? " << lanes(call("i")) << " :\n"
       << ind << "    " << lanes(call_with([&](int t) { return " + row_offset(c, " + slot(t) + ", i)"; })) << ";\n"
       << ind << "{ const " << acc << " a = acc, b = part; acc = " << combine << "; }\n";
@@ -262,12 +265,14 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     if (has_col_fast)
       s << ind << "if (c.col_fast) {\n"
         << ind << "  int64_t l = 0;\n"
-        << ind << "  for (; l + kLanes <= group; l += kLanes)\n"
+        << ind << "  for (; l + kLanes <= group; l += kLanes) {\n"
+        << ind << "    #pragma GCC ivdep\n"
         << ind << "    for (int j = 0; j < kLanes; ++j) { const " << acc << " a = lanes[l + j], b = "
         << call_with([&](int t) {
              return col_stride[static_cast<std::size_t>(t)] == 1 ? std::string(" + (l + j)") : std::string();
            })
         << "; lanes[l + j] = " << combine << "; }\n"
+        << ind << "  }\n"
         << ind << "  for (; l < group; ++l) { const " << acc << " a = lanes[l], b = " << call("l")
         << "; lanes[l] = " << combine << "; }\n"
         << ind << "} else\n";

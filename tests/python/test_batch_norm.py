@@ -1,7 +1,8 @@
 """Batch norm in training mode on vTPU ops (bridge/batch_norm_lowering.cpp).
 
 Forward (with the running statistics) and backward are checked against the
-CPU to float32 rounding, every mode against the others bitwise (they run the
+CPU to float32 rounding (channels-last inputs take a path of their own: the
+statistics as column sums over an (N, H, W, C) view), every mode against the others bitwise (they run the
 same ops; strict and fused fuse them the same way), and the cases left to
 ATen's kernel (evaluation mode, bfloat16) still match the CPU. Fused mode
 puts the ReLU after a batch norm into the normalisation's kernel.
@@ -25,6 +26,8 @@ CASES = [
     ((16, 10), "contiguous", True, True),  # BatchNorm1d over (N, C)
     ((6, 4, 11), "contiguous", True, True),  # BatchNorm1d over (N, C, L)
     ((2, 5, 3, 4, 6), "contiguous", True, True),  # BatchNorm3d
+    ((2, 5, 3, 4, 6), "channels_last_3d", True, True),
+    ((16, 24, 12, 12), "channels_last", True, True),  # statistics as column sums
     ((32, 16, 32, 32), "contiguous", True, True),  # rows beyond the vector lanes
 ]
 
@@ -45,6 +48,8 @@ def _input(shape, layout, seed=1):
     x = torch.randn(shape, generator=g) * 3 + 1.5
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last)
+    elif layout == "channels_last_3d":
+        x = x.contiguous(memory_format=torch.channels_last_3d)
     return x
 
 

@@ -107,7 +107,7 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
   s << "namespace ns_" << symbol << " {\n"
     << "struct Context { char* out; const char* in; int64_t sizes[VTPU_MAX_RANK]; int64_t out_strides[VTPU_MAX_RANK];"
     << " int64_t in_strides[VTPU_MAX_RANK]; int64_t count; int64_t row_n; int64_t row_st; bool row_merged; };\n"
-    << "constexpr int kLanes = " << kLanes << ";\n";
+    << "constexpr int kLanes = " << kLanes << ";\nconstexpr int kGroup = 512;\n";
   if (loops.merged_row()) loops.emit_row_offset();
   s << "void body(int64_t begin, int64_t end, void* raw) {\n"
     << "  const Context& c = *static_cast<const Context*>(raw);\n"
@@ -152,16 +152,22 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
     s << "  for (int64_t o = begin; o < end;) {\n";
     loops.emit_offsets("    ", "o");
     const std::string k_last = rank > 0 ? "k" + std::to_string(last) : "0";
-    s << "    const int64_t group = std::min<int64_t>({(int64_t)kLanes, " << inner_size << " - " << k_last
+    // Groups are up to kGroup outputs wide (4 KiB of double accumulators),
+    // so that each input row is read as one run rather than a page touched
+    // per 32 columns; each output's order does not depend on the width.
+    s << "    const int64_t group = std::min<int64_t>({(int64_t)kGroup, " << inner_size << " - " << k_last
       << ", end - o});\n"
       << "    const int64_t st = " << in_st << ";\n"
-      << "    " << acc << " lanes[kLanes];\n"
-      << "    for (int l = 0; l < kLanes; ++l) lanes[l] = " << init << ";\n";
+      << "    " << acc << " lanes[kGroup];\n"
+      << "    for (int l = 0; l < kGroup; ++l) lanes[l] = " << init << ";\n";
     auto [offset, depth] = loops.open_loops("    ", false);
     const std::string ind = "    " + std::string(2 * depth, ' ');
     s << ind << "const int64_t base = " << offset << ";\n"
-      << ind << "if (group == kLanes && st == 1) {\n"
-      << ind << "  for (int l = 0; l < kLanes; ++l) " << step("lanes[l]", load("base + l")) << "\n"
+      << ind << "if (st == 1) {\n"
+      << ind << "  int64_t l = 0;\n"
+      << ind << "  for (; l + kLanes <= group; l += kLanes)\n"
+      << ind << "    for (int j = 0; j < kLanes; ++j) " << step("lanes[l + j]", load("base + l + j")) << "\n"
+      << ind << "  for (; l < group; ++l) " << step("lanes[l]", load("base + l")) << "\n"
       << ind << "} else {\n"
       << ind << "  for (int l = 0; l < group; ++l) " << step("lanes[l]", load("base + l * st")) << "\n"
       << ind << "}\n";

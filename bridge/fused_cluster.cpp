@@ -37,6 +37,28 @@ void launch_unfused(std::vector<WindowOp>& ops, const Cluster& cluster, FusionSt
   stats.unfused_ops += cluster.ops.size();
 }
 
+// Whether `arg` covers one gap-free block of memory in the iteration space
+// `sizes` (any order of dims: contiguous, channels-last, a permutation).
+bool dense_in(const compiler::VtpuTensorArg& arg, const std::vector<std::int64_t>& sizes) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (stride, size) of dims that are not 1
+  for (std::size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != 1) dims.emplace_back(arg.strides[d], sizes[d]);
+  std::sort(dims.begin(), dims.end());
+  std::int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
+bool same_walk(const compiler::VtpuTensorArg& a, const compiler::VtpuTensorArg& b,
+               const std::vector<std::int64_t>& sizes) {
+  for (std::size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] != 1 && a.strides[d] != b.strides[d]) return false;
+  return true;
+}
+
 bool contiguous_in(const compiler::VtpuTensorArg& arg, const std::vector<std::int64_t>& sizes) {
   std::int64_t expected = 1;
   for (std::size_t d = sizes.size(); d-- > 0;) {
@@ -153,11 +175,15 @@ void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clus
     return;
   }
   const std::size_t rank = cluster.iter_sizes.size();
-  // Flatten when every tensor is dense in the iteration order: one kernel
-  // then serves every rank.
+  // Flatten when every tensor covers one dense block and all walk it alike
+  // (all contiguous, or all channels-last...): element i of the block is the
+  // same element of each, and one kernel serves every rank and layout.
   bool flat = rank >= 1 && cluster.reduction_out == nullptr;  // a reduction keeps its dims
+  const compiler::VtpuTensorArg& reference = ops[cluster.ops.front()].out.arg;
+  flat = flat && dense_in(reference, cluster.iter_sizes);
   for (std::size_t i : cluster.ops)
-    for (const WindowOperand* o : tensor_operands(ops[i])) flat = flat && contiguous_in(o->arg, cluster.iter_sizes);
+    for (const WindowOperand* o : tensor_operands(ops[i]))
+      flat = flat && same_walk(o->arg, reference, cluster.iter_sizes);
   std::int64_t numel = 1;
   for (std::int64_t s : cluster.iter_sizes) numel *= s;
   const std::vector<std::int64_t> sizes = flat ? std::vector<std::int64_t>{numel} : cluster.iter_sizes;

@@ -442,9 +442,19 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
   // When an elementwise op's tensors are all contiguous with the output's
   // shape the launch is one flat dimension: the kernel needs only the element count, so one kernel
   // serves every rank (the ahead-of-time library holds these).
-  bool flat = ir::is_elementwise(op) && out.dim() >= 1 && out.is_contiguous();
+  // The same when they are all dense in one other order of dims (all
+  // channels-last): element i of the memory block is the same element of
+  // each. Such tensors took the per-element odometer before (a ReLU of a
+  // channels-last 32x64x32x32 tensor 2.6 ms, of a contiguous one 0.34).
+  const auto same_walk = [&](const at::Tensor& t) {
+    if (t.sizes() != out.sizes()) return false;
+    for (std::int64_t d = 0; d < out.dim(); ++d)
+      if (out.size(d) != 1 && t.stride(d) != out.stride(d)) return false;
+    return true;
+  };
+  bool flat = ir::is_elementwise(op) && out.dim() >= 1 && out.is_non_overlapping_and_dense();
   for (const at::Tensor& t : inputs) {
-    if (t.device().type() == kVtpu) flat = flat && t.is_contiguous() && t.sizes() == out.sizes();
+    if (t.device().type() == kVtpu) flat = flat && same_walk(t);
     else if (!is_host_scalar(t)) return false;
   }
   std::string memo_key = launch_memo_key(op, flat, out, inputs, attrs);

@@ -100,6 +100,27 @@ def test_a_temporary_a_later_kernel_reads_before_overwriting_is_stored():
     assert torch.equal(out.cpu(), _in_strict(_updated_in_place_after_drop, x).cpu())
 
 
+def test_channels_last_chain_runs_the_flat_kernel_of_the_contiguous_one():
+    """Tensors all dense in the same order of dims (channels-last) are one
+    flat block to the fused kernel, as contiguous ones are: the pattern is the
+    same, so the contiguous chain's kernel serves it with nothing compiled."""
+    x = torch.randn(4, 8, 6, 5, device="vtpu")
+    y = torch.randn(4, 8, 6, 5, device="vtpu")
+    _steady_metrics(_chain6, x, y)
+    xl, yl = (t.contiguous(memory_format=torch.channels_last) for t in (x, y))
+    torch.vtpu.synchronize()
+    torch_vtpu.reset_metrics()
+    out = _chain6(xl, yl)  # the first sighting of the channels-last chain
+    torch.vtpu.synchronize()
+    _C._wait_for_fusion_compiles()
+    m = torch_vtpu.metrics()
+    assert m["fusion_compiles"] == 0 and m["pattern_cache_hits"] == 1, m
+    assert m["fused_kernels"] == 1 and m["kernels_launched"] == 1, m
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(out.cpu(), _in_strict(_chain6, xl, yl).cpu())
+    assert torch.equal(out.cpu(), _chain6(x, y).cpu())
+
+
 def test_small_ops_start_no_window_by_default():
     """By default (fused_min_elements 4096) an op over fewer elements that would start a
     window launches as in strict mode; one over more starts a window, and a small op

@@ -101,7 +101,18 @@ cases = {
     "bias_add": lambda x, y, b: x + b, "bias_mul": lambda x, y, b: x * b,
     "bf16_mul": lambda x, y, b: x.bfloat16() * y.bfloat16(),
     "max_pool2d": lambda x, y, b: F.max_pool2d(x.view(2, 2, 4, 8), 2),
+    # Tensors dense in another order of dims (channels-last) run the flat
+    # kernels too: element i of the block is the same element of each.
+    "relu_channels_last": lambda x, y, b: channels_last(x).relu(),
+    "add_channels_last": lambda x, y, b: channels_last(x) + channels_last(y),
 }
+layouts = {}
+def channels_last(t):
+    if t.device.type == "cpu":
+        return t.view(2, 2, 4, 8).contiguous(memory_format=torch.channels_last)
+    return layouts[id(t)]
+for t in (x, y):  # converted before the count: the copies themselves are strided kernels
+    layouts[id(t)] = t.view(2, 2, 4, 8).contiguous(memory_format=torch.channels_last)
 torch_vtpu.reset_metrics()
 diffs = {}
 for name, fn in cases.items():

@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <string>
@@ -571,6 +572,49 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
   for (std::int64_t d : dims) {
     if (d < -rank || d >= rank || rank == 0) return false;
     reduced[static_cast<std::size_t>(d < 0 ? d + rank : d)] = true;
+  }
+  // A channels-last input is reduced in memory order: the same reduction
+  // over the (N, H, W, C) view, so a batch norm's statistics over N, H, W
+  // become column sums instead of one walk at stride C per channel (sum over
+  // N, H, W of 32x64x32x32: 4.7 -> 0.6 ms). The order of each output's sum is
+  // then memory order (every mode takes this path alike). Only the plain
+  // reductions (an argmax's index follows the logical order), and only
+  // channels-last: in fused mode the permuted reduction no longer shares an
+  // iteration space with the elementwise work before it, a loss that pays
+  // off against stride-C walks but not for a transposed matrix's rows.
+  const bool plain = op == ir::OpKind::Sum || op == ir::OpKind::Mean || op == ir::OpKind::Prod ||
+                     op == ir::OpKind::Amax || op == ir::OpKind::Amin;
+  const bool channels_last = !input.is_contiguous() &&
+                             ((rank == 4 && input.is_contiguous(at::MemoryFormat::ChannelsLast)) ||
+                              (rank == 5 && input.is_contiguous(at::MemoryFormat::ChannelsLast3d)));
+  if (plain && channels_last) {
+    std::vector<std::int64_t> order(static_cast<std::size_t>(rank));
+    for (std::int64_t d = 0; d < rank; ++d) order[static_cast<std::size_t>(d)] = d;
+    // Size-1 dims keep their place relative to each other; their stride means nothing.
+    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+      const std::int64_t sa = input.size(a) == 1 ? 0 : input.stride(a), sb = input.size(b) == 1 ? 0 : input.stride(b);
+      return sa > sb;
+    });
+    bool identity = true;
+    for (std::int64_t d = 0; d < rank; ++d) identity = identity && order[static_cast<std::size_t>(d)] == d;
+    // Only for an output already of the reduction's shape (an out= argument
+    // to resize keeps the logical path, which resizes it).
+    std::vector<std::int64_t> expected;
+    for (std::int64_t d = 0; d < rank; ++d)
+      if (!reduced[static_cast<std::size_t>(d)]) expected.push_back(input.size(d));
+      else if (keepdim) expected.push_back(1);
+    if (!identity && input.permute(order).is_contiguous() && out.sizes().equals(expected)) {
+      // The output in the input's rank (size 1 where reduced), permuted alike.
+      at::Tensor out_full = out;
+      if (!keepdim)
+        for (std::int64_t d = 0; d < rank; ++d)
+          if (reduced[static_cast<std::size_t>(d)]) out_full = out_full.unsqueeze(d);
+      std::vector<std::int64_t> permuted_dims;
+      for (std::int64_t k = 0; k < rank; ++k)
+        if (reduced[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])]) permuted_dims.push_back(k);
+      return launch_generated_reduction(op, out_full.permute(order), input.permute(order), std::move(permuted_dims),
+                                        /*keepdim=*/true, extra, std::move(scalars));
+    }
   }
   ir::Attributes attrs = extra;
   attrs.set("dims", dims);

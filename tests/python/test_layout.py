@@ -78,3 +78,38 @@ def test_convolution_results_keep_the_cpus_memory_format(input_cl, weight_cl):
     for cpu, vtpu in zip(*results):
         assert vtpu.stride() == cpu.stride()
         torch.testing.assert_close(vtpu.detach().cpu(), cpu.detach(), rtol=1e-5, atol=1e-5)
+
+
+CL_REDUCTIONS = {
+    "sum_nhw": lambda t: t.sum((0, 2, 3)),
+    "mean_nhw_keepdim": lambda t: t.mean((0, 2, 3), keepdim=True),
+    "amax_c": lambda t: t.amax(1),
+    "amin_hw_keepdim": lambda t: t.amin((2, 3), keepdim=True),
+    "prod_w": lambda t: (t * 0.1 + 1).prod(3),
+    "sum_all": lambda t: t.sum(),
+    "sum_n_negative_dims": lambda t: t.sum((-4, -1)),
+}
+
+
+@pytest.mark.parametrize("name", list(CL_REDUCTIONS))
+def test_channels_last_reductions_run_in_memory_order_and_match_cpu(name):
+    """Reductions of channels-last tensors run over the (N, H, W, C) view (a batch
+    norm's statistics as column sums, not walks at stride C): values as the CPU's to
+    rounding, shapes and strides as the CPU's, every mode the same bits."""
+    fn = CL_REDUCTIONS[name]
+    x = (torch.randn(4, 6, 5, 7) * 2).contiguous(memory_format=torch.channels_last)
+    y5 = torch.randn(2, 3, 4, 5, 6).contiguous(memory_format=torch.channels_last_3d)
+    expected = fn(x)
+    results = {}
+    xv = x.to("vtpu")
+    for mode in ("debug", "strict", "fused"):
+        torch_vtpu.reset_metrics()
+        with torch_vtpu.mode(mode):
+            got = fn(xv)
+            torch.vtpu.synchronize()
+        assert torch_vtpu.metrics()["host_fallback_ops"] == {}, mode  # on generated kernels
+        assert got.shape == expected.shape and got.stride() == expected.stride(), (mode, got.stride())
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+        results[mode] = got.cpu()
+    assert torch.equal(results["strict"], results["debug"]) and torch.equal(results["fused"], results["debug"])
+    torch.testing.assert_close(y5.to("vtpu").sum((0, 2, 3, 4)).cpu(), y5.sum((0, 2, 3, 4)), rtol=1e-5, atol=1e-5)

@@ -696,3 +696,27 @@ def test_native_program_gives_the_python_programs_bits(tmp_path):
         assert len(headers) == 2 and all(words in h for h in headers), headers
     with pytest.raises(TypeError, match="'native' must be a bool"):
         CompileOptions.parse({"native": "yes"})
+
+
+def test_channels_last_cnn_compiles_and_trains_like_cpu():
+    """A channels-last CNN: vtpu convolutions return channels-last like the CPU's, and the
+    fake tensors Dynamo and AOTAutograd trace with must say so too (fake_layout.py), or the
+    flatten after the convolution is traced as a view the real tensor cannot take."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4 * 4, 5))
+    model = model.to(memory_format=torch.channels_last)
+    x = torch.randn(4, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    target = torch.randint(0, 5, (4,))
+    device_model = copy.deepcopy(model).to("vtpu")
+    compiled = torch.compile(device_model, backend="vtpu")
+    for step in range(3):
+        expected = F.cross_entropy(model(x), target)
+        expected.backward()
+        loss = F.cross_entropy(compiled(x.to("vtpu")), target.to("vtpu"))
+        loss.backward()
+        torch.testing.assert_close(loss.cpu(), expected.detach(), rtol=1e-5, atol=1e-6)
+        for p, ref in zip(device_model.parameters(), model.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-5)
+            p.grad = None
+            ref.grad = None

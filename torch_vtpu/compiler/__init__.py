@@ -65,9 +65,10 @@ def register() -> None:
     not imported; this covers a source tree without installed metadata."""
     from torch._dynamo.backends import registry
 
-    from . import device_interface
+    from . import device_interface, fake_layout
 
     device_interface.register()
+    fake_layout.install()
     if "vtpu" in registry._COMPILER_FNS:
         return
     pending = registry._BACKENDS.get("vtpu")

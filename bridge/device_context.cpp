@@ -158,7 +158,8 @@ const char* kernel_class_name(KernelClass c) {
 
 KernelClass classify_kernel(const std::string& op) {
   if (op.empty()) return KernelClass::kOther;  // copies, fills on ATen's kernels
-  if (op == "fused_kernel") return KernelClass::kFused;
+  // "fused_kernel", or "fused[n]:ops" with VTPU_PROFILE_FUSED_NAMES=1.
+  if (op.rfind("fused", 0) == 0) return KernelClass::kFused;
   if (op.rfind("aten::", 0) != 0) return KernelClass::kGenerated;
   // Matrix work: GEMM, convolution and attention kernels (oneDNN/MKL in ATen).
   static const char* const kExterns[] = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm",

@@ -1,5 +1,6 @@
 #include "fused_cluster.h"
 
+#include <cstdlib>
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -369,12 +370,24 @@ void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clus
   for (std::size_t i = 0; i < written.size(); ++i)
     if (std::find(outputs.begin(), outputs.end(), written[i].second) != outputs.end())
       writes.push_back(written[i].first.storage);
+  // VTPU_PROFILE_FUSED_NAMES=1 with per-op timing: device time by fused
+  // pattern ("fused[elements]:op,op,...") instead of one "fused_kernel" row.
+  static const bool name_patterns = [] {
+    const char* env = std::getenv("VTPU_PROFILE_FUSED_NAMES");
+    return env != nullptr && std::string(env) == "1";
+  }();
+  std::string label;
+  if (name_patterns && DeviceContext::get().metrics().per_op_timing()) {
+    label = "fused[" + std::to_string(numel) + "]:";
+    for (std::size_t position = 0; position < cluster.ops.size() && position < 12; ++position)
+      label += std::string(ir::name(ops[cluster.ops[position]].op)) + (position + 1 < cluster.ops.size() ? "," : "");
+  }
   batch.add(KernelLaunch{fn, static_cast<std::int64_t>(sizes.size()), std::move(args), std::move(scalars)}, numel,
-            std::move(reads), std::move(writes));
+            std::move(reads), std::move(writes), label);
 }
 
 void LaunchBatch::add(KernelLaunch launch, std::int64_t elements, std::vector<const void*> reads,
-                      std::vector<const void*> writes) {
+                      std::vector<const void*> writes, const std::string& label) {
   auto meets = [](const std::vector<const void*>& a, const std::vector<const void*>& b) {
     for (const void* x : a)
       if (std::find(b.begin(), b.end(), x) != b.end()) return true;
@@ -385,11 +398,13 @@ void LaunchBatch::add(KernelLaunch launch, std::int64_t elements, std::vector<co
   writes_.insert(writes_.end(), writes.begin(), writes.end());
   if (elements > kBatchedElementLimit) {
     enqueue();
+    label_ = label;
     launches_.push_back(std::move(launch));
     enqueue();  // alone: its own parallel_for splits it
     return;
   }
   launches_.push_back(std::move(launch));
+  if (!label.empty()) label_ += (label_.empty() ? "" : " | ") + label;
   elements_ += elements;
 }
 
@@ -399,10 +414,12 @@ void LaunchBatch::enqueue() {
   if (launches_.size() == 1) {
     context.enqueue_task([launch = std::move(launches_.front())] {
       run_generated_kernel(launch.fn, ir::OpKind::Add, launch.rank, launch.tensors, launch.scalars);
-    }, "fused_kernel");
+    }, label_.empty() ? "fused_kernel" : label_);
   } else {
-    context.enqueue_task([launches = std::move(launches_)] { run_generated_kernels_batch(launches); }, "fused_kernel");
+    context.enqueue_task([launches = std::move(launches_)] { run_generated_kernels_batch(launches); },
+                         label_.empty() ? "fused_kernel" : label_);
   }
+  label_.clear();
   launches_.clear();
   reads_.clear();
   writes_.clear();

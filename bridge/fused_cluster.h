@@ -83,7 +83,7 @@ class LaunchBatch {
  public:
   // `reads` and `writes`: the allocations (base addresses) the launch uses.
   void add(KernelLaunch launch, std::int64_t elements, std::vector<const void*> reads,
-           std::vector<const void*> writes);
+           std::vector<const void*> writes, const std::string& label = "");
   void enqueue();  // queues what was added (one task), then starts afresh
   bool empty() const { return launches_.empty(); }
   std::int64_t elements() const { return elements_; }  // summed over the launches added
@@ -93,6 +93,7 @@ class LaunchBatch {
   std::vector<KernelLaunch> launches_;
   std::vector<const void*> reads_, writes_;
   std::int64_t elements_ = 0;
+  std::string label_;
 };
 
 // Launches cluster `index` of the window `ops` at a flush: one fused kernel

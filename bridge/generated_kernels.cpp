@@ -25,6 +25,7 @@
 #include "vtpu/ir/canonical.h"
 #include "vtpu/ir/graph.h"
 #include "vtpu/runtime/error.h"
+#include "vtpu/runtime/work_sharing_pool.h"
 
 namespace vtpu::bridge {
 namespace {
@@ -153,11 +154,37 @@ KernelTensor flat_kernel_tensor(const at::Tensor& t) {
   return k;
 }
 
-// The launch ABI's parallel_for on ATen's intra-op pool: generated kernels
-// and ATen's own kernels share one set of threads.
-void aten_parallel_for(std::int64_t total, std::int64_t grain, compiler::VtpuParallelBody body, void* context,
-                       void*) {
+// The launch ABI's parallel_for: the work-sharing pool (the caller never
+// waits for a helper to wake; see work_sharing_pool.h), sized once from
+// ATen's thread count, each launch using at most torch.get_num_threads()
+// threads. VTPU_WORK_SHARING=0 uses ATen's parallel_for instead (OpenMP's
+// fork-join), for comparison.
+bool work_sharing_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("VTPU_WORK_SHARING");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return enabled;
+}
+
+runtime::WorkSharingPool& work_sharing_pool() {
+  // Leaked on purpose, like the device context: kernels may still run while
+  // static destructors do.
+  static runtime::WorkSharingPool* pool = new runtime::WorkSharingPool(std::max(at::get_num_threads() - 1, 0));
+  return *pool;
+}
+
+void parallel_over(std::int64_t total, std::int64_t grain, compiler::VtpuParallelBody body, void* context) {
+  if (work_sharing_enabled()) {
+    work_sharing_pool().run(total, grain, at::get_num_threads(), body, context);
+    return;
+  }
   at::parallel_for(0, total, grain, [&](std::int64_t begin, std::int64_t end) { body(begin, end, context); });
+}
+
+void launch_parallel_for(std::int64_t total, std::int64_t grain, compiler::VtpuParallelBody body, void* context,
+                         void*) {
+  parallel_over(total, grain, body, context);
 }
 
 // Queues the kernel; device pointers are resolved when it runs (storages
@@ -207,9 +234,12 @@ compiler::KernelProvider* generated_kernel_provider() { return provider(); }
 void count_generated_launches(std::uint64_t n) { g_launches += n; }
 
 void run_generated_kernels_batch(const std::vector<KernelLaunch>& launches) {
-  at::parallel_for(0, static_cast<std::int64_t>(launches.size()), 1, [&](std::int64_t begin, std::int64_t end) {
+  // Each launch of the batch is small (its own parallel_for is off); threads
+  // share the launches.
+  parallel_over(static_cast<std::int64_t>(launches.size()), 1, [](std::int64_t begin, std::int64_t end, void* raw) {
+    const auto& all = *static_cast<const std::vector<KernelLaunch>*>(raw);
     for (std::int64_t i = begin; i < end; ++i) {
-      const KernelLaunch& k = launches[static_cast<std::size_t>(i)];
+      const KernelLaunch& k = all[static_cast<std::size_t>(i)];
       compiler::VtpuKernelStatus status{};
       compiler::VtpuLaunchArgs launch{compiler::kLaunchAbiVersion, static_cast<std::int32_t>(k.rank),
                                       static_cast<std::int32_t>(k.tensors.size()),
@@ -217,7 +247,7 @@ void run_generated_kernels_batch(const std::vector<KernelLaunch>& launches) {
                                       nullptr, nullptr, &status};
       k.fn(&launch);
     }
-  });
+  }, const_cast<std::vector<KernelLaunch>*>(&launches));
 }
 
 void run_generated_kernel(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t rank,
@@ -226,7 +256,7 @@ void run_generated_kernel(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t
   compiler::VtpuLaunchArgs launch{compiler::kLaunchAbiVersion, static_cast<std::int32_t>(rank),
                                   static_cast<std::int32_t>(tensors.size()),
                                   const_cast<compiler::VtpuTensorArg*>(tensors.data()), scalars.data(),
-                                  &aten_parallel_for, nullptr, &status};
+                                  &launch_parallel_for, nullptr, &status};
   fn(&launch);
   // The kernel skipped the bad elements; the error is ATen's for the same
   // input (the launch adds the op's name and call site on the way out).

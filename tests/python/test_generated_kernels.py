@@ -428,3 +428,42 @@ def test_pow_by_special_exponents_runs_the_simpler_op_with_the_same_bits(mode):
     # An integer base keeps ATen's integer pow (no float shortcut applies).
     xi = torch.randint(-5, 5, (100,))
     assert torch.equal(torch.pow(xi.to("vtpu"), 2).cpu(), xi.pow(2))
+
+
+SHARING_PROGRAM = r"""
+import hashlib, json, sys, torch, torch_vtpu, torch.nn as nn, torch.nn.functional as F
+sys.path.insert(0, {tests!r})
+import test_training_parity as parity
+digest = hashlib.sha256()
+for mode in ("strict", "fused"):
+    torch_vtpu.set_mode(mode)
+    for name in ("mlp", "cnn_batchnorm"):
+        losses, model = parity._train(name, "vtpu")
+        digest.update(losses.numpy().tobytes())
+        for p in model.parameters():
+            digest.update(p.detach().cpu().numpy().tobytes())
+    # Ops large enough to be split across threads (> 32768 elements):
+    # elementwise, row, column and softmax kernels and a fused chain.
+    torch.manual_seed(0)
+    x = torch.randn(512, 300, device="vtpu")
+    for r in (F.gelu(x) * 3 + x, x.sum(0), x.sum(1), x.softmax(-1), (x * x).mean(-1), x.t().amax(1)):
+        digest.update(r.cpu().numpy().tobytes())
+print(json.dumps({{"digest": digest.hexdigest(), "threads": torch.get_num_threads()}}))
+"""
+
+
+def test_work_sharing_pool_gives_the_bits_of_atens_parallel_for(tmp_path):
+    # Generated kernels split ranges over outputs only, so how a range is cut
+    # into chunks (the pool's small chunks, OpenMP's one part per thread)
+    # must not change a bit.
+    tests = os.path.dirname(os.path.abspath(__file__))
+    digests = {}
+    for sharing in ("1", "0"):
+        env = dict(os.environ, VTPU_WORK_SHARING=sharing, VTPU_CACHE_DIR=str(tmp_path / "cache"))
+        run = subprocess.run([sys.executable, "-c", SHARING_PROGRAM.format(tests=tests)], env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        digests[sharing] = json.loads(run.stdout.strip().splitlines()[-1])
+    if digests["1"]["threads"] < 2:
+        pytest.skip("one intra-op thread: nothing is split, the comparison would be empty")
+    assert digests["1"]["digest"] == digests["0"]["digest"], digests

@@ -174,6 +174,8 @@ runtime::WorkSharingPool& work_sharing_pool() {
   return *pool;
 }
 
+}  // namespace
+
 void parallel_over(std::int64_t total, std::int64_t grain, compiler::VtpuParallelBody body, void* context) {
   if (work_sharing_enabled()) {
     work_sharing_pool().run(total, grain, at::get_num_threads(), body, context);
@@ -181,6 +183,8 @@ void parallel_over(std::int64_t total, std::int64_t grain, compiler::VtpuParalle
   }
   at::parallel_for(0, total, grain, [&](std::int64_t begin, std::int64_t end) { body(begin, end, context); });
 }
+
+namespace {
 
 void launch_parallel_for(std::int64_t total, std::int64_t grain, compiler::VtpuParallelBody body, void* context,
                          void*) {

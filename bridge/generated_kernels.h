@@ -48,6 +48,10 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
 at::Tensor launch_generated_indexed(ir::OpKind op, at::Tensor out, c10::ArrayRef<at::Tensor> inputs,
                                     const ir::Attributes& attrs);
 
+// Runs body over [0, total) on the work-sharing pool (the generated kernels'
+// parallel_for; VTPU_WORK_SHARING=0: ATen's). `body` must not throw.
+void parallel_over(std::int64_t total, std::int64_t grain, compiler::VtpuParallelBody body, void* context);
+
 // The process's kernel provider (nullptr when the cache could not be set up).
 compiler::KernelProvider* generated_kernel_provider();
 

@@ -18,6 +18,7 @@
 #include "aten_bridge.h"
 #include "call_site.h"
 #include "device_context.h"
+#include "extern_gemm.h"
 #include "generated_kernels.h"
 #include "generated_lowering.h"
 #include "host_path_rules.h"
@@ -483,7 +484,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
     out_host = host;
     for (const at::Tensor& t : fresh_host) out_host.emplace_back(t);
   }
-  context.launch([op, out_op, host = std::move(host), out_host = std::move(out_host),
+  std::string out_name = out_op ? op_name(*out_op) : std::string();
+  context.launch([op, out_op, out_name = std::move(out_name), host = std::move(host), out_host = std::move(out_host),
                   fresh_host = std::move(fresh_host), fresh_slots = std::move(fresh_slots),
                   written_positions = std::move(written_positions), name]() mutable {
     try {
@@ -500,7 +502,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         for (std::size_t position : written_positions) written_before.push_back(host[position].toTensor().clone());
         bool kept_geometry = true;
         try {
-          out_op->callBoxed(out_host);
+          if (!run_gemm_in_row_blocks(out_name, out_host)) out_op->callBoxed(out_host);
         } catch (const c10::Error& error) {
           if (!is_resize_refusal(error)) throw;
           kept_geometry = false;
@@ -516,7 +518,13 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
           fresh_host[i].unsafeGetTensorImpl()->set_sizes_and_strides(promised[i].first, promised[i].second,
                                                                      fresh_host[i].storage_offset());
       }
-      op.callBoxed(host);
+      if (run_gemm_in_row_blocks(name, host)) {
+        const c10::IValue out = host.back();  // mm.out/addmm.out return their out argument
+        host.clear();
+        host.push_back(out);
+      } else {
+        op.callBoxed(host);
+      }
       // Fresh results were computed into CPU temporaries: copy them over.
       // Returned aliases of arguments were written in place already.
       std::size_t slot = 0;

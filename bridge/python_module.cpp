@@ -11,6 +11,7 @@
 #include "aten_bridge.h"
 #include "call_site.h"
 #include "device_context.h"
+#include "extern_gemm.h"
 #include "fused_window.h"
 #include "generated_kernels.h"
 #include "vtpu/runtime/error.h"
@@ -149,6 +150,8 @@ PYBIND11_MODULE(_C, m) {
     reset_fusion_stats();
     generated_baseline() = generated_kernel_stats();
   });
+  // Test hook: matrix products run as row blocks on the pool so far.
+  m.def("_gemm_row_block_runs", [] { return gemm_row_block_runs(); });
   m.def("_wait_for_fusion_compiles", [] {
     py::gil_scoped_release no_gil;
     wait_for_fusion_compiles();

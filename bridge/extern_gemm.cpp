@@ -1,0 +1,140 @@
+#include "extern_gemm.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/mm.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+
+#include "generated_kernels.h"
+
+namespace vtpu::bridge {
+namespace {
+
+// MKL's per-thread thread count, C interface (mkl_service.h maps
+// mkl_set_num_threads_local to it; the lower-case symbol itself is the
+// Fortran one, which takes a pointer). Exported by torch's MKL builds; absent
+// in builds on other BLAS libraries, where GEMMs keep ATen's own threading.
+using SetLocalThreads = int (*)(int);
+SetLocalThreads mkl_set_local_threads() {
+  static const SetLocalThreads fn =
+      reinterpret_cast<SetLocalThreads>(dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local"));
+  return fn;
+}
+
+std::atomic<std::uint64_t> g_row_block_runs{0};
+
+bool row_blocks_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("VTPU_GEMM_ROW_BLOCKS");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return enabled;
+}
+
+// MKL runs on the calling thread only, for the lifetime of the guard.
+class SingleThreadedMkl {
+ public:
+  SingleThreadedMkl() : previous_(mkl_set_local_threads()(1)) {}
+  ~SingleThreadedMkl() { mkl_set_local_threads()(previous_); }
+  SingleThreadedMkl(const SingleThreadedMkl&) = delete;
+  SingleThreadedMkl& operator=(const SingleThreadedMkl&) = delete;
+
+ private:
+  int previous_;
+};
+
+struct GemmBlocks {
+  at::Tensor out, mat1, mat2, bias;  // bias defined for addmm
+  std::int64_t block_rows = 0;
+  bool bias_by_row = false;          // a (M, N) bias is split with the rows
+  c10::Scalar beta, alpha;
+  std::mutex error_mutex;
+  std::exception_ptr error;
+};
+
+// Row blocks [first, last) of the product, one MKL call each. The blocks'
+// boundaries depend only on the shapes, never on which thread runs them or
+// whether the pool shares them: MKL's summation order can depend on a
+// block's row count, so this keeps the bits deterministic. Runs on pool
+// threads, which must not see an exception: the first is kept and rethrown
+// by the caller.
+void run_blocks(std::int64_t first, std::int64_t last, void* raw) {
+  auto& job = *static_cast<GemmBlocks*>(raw);
+  try {
+    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+    SingleThreadedMkl single;
+    const std::int64_t rows = job.out.size(0);
+    for (std::int64_t block = first; block < last; ++block) {
+      const std::int64_t begin = block * job.block_rows, count = std::min(job.block_rows, rows - begin);
+      at::Tensor out = job.out.narrow(0, begin, count);
+      const at::Tensor mat1 = job.mat1.narrow(0, begin, count);
+      if (job.bias.defined()) {
+        const at::Tensor bias = job.bias_by_row ? job.bias.narrow(0, begin, count) : job.bias;
+        at::addmm_out(out, bias, mat1, job.mat2, job.beta, job.alpha);
+      } else {
+        at::mm_out(out, mat1, job.mat2);
+      }
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(job.error_mutex);
+    if (!job.error) job.error = std::current_exception();
+  }
+}
+
+}  // namespace
+
+bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
+  if (!row_blocks_enabled() || mkl_set_local_threads() == nullptr) return false;
+  GemmBlocks job;
+  if (name == "aten::mm.out" && s.size() == 3) {
+    job.mat1 = s[0].toTensor();
+    job.mat2 = s[1].toTensor();
+    job.out = s[2].toTensor();
+  } else if (name == "aten::addmm.out" && s.size() == 6) {
+    job.bias = s[0].toTensor();
+    job.mat1 = s[1].toTensor();
+    job.mat2 = s[2].toTensor();
+    job.beta = s[3].toScalar();
+    job.alpha = s[4].toScalar();
+    job.out = s[5].toTensor();
+  } else {
+    return false;
+  }
+  const at::Tensor& out = job.out;
+  // float32 only (other dtypes take other GEMM kernels), the out= buffer the
+  // dispatch allocated: row-major, so a block of rows is a block of memory.
+  for (const at::Tensor* t : {&job.mat1, &job.mat2, &job.out})
+    if (t->scalar_type() != at::kFloat || t->dim() != 2) return false;
+  if (!out.is_contiguous() || out.size(0) != job.mat1.size(0) || out.size(1) != job.mat2.size(1) ||
+      job.mat1.size(1) != job.mat2.size(0))
+    return false;
+  if (job.bias.defined()) {
+    if (job.bias.scalar_type() != at::kFloat || job.bias.dim() > 2) return false;
+    job.bias_by_row = job.bias.dim() == 2 && job.bias.size(0) == out.size(0) && out.size(0) > 1;
+  }
+  const std::int64_t rows = out.size(0), k = job.mat1.size(1), n = out.size(1);
+  // Blocks of at least 16 rows and ~1M multiply-adds (each block packs the
+  // right-hand matrix again, which 16 rows amortise, and a smaller block is
+  // not worth a helper's time), at most kMaxBlocks of them.
+  constexpr std::int64_t kMaxBlocks = 8;
+  const std::int64_t per_row = std::max<std::int64_t>(1, k * n);
+  const std::int64_t min_rows = std::max<std::int64_t>(16, ((std::int64_t{1} << 20) + per_row - 1) / per_row);
+  // Too few rows to share but much work: MKL's own threads are better.
+  if (rows < 2 * min_rows && rows * per_row > (std::int64_t{1} << 23)) return false;
+  job.block_rows = std::max(min_rows, (rows + kMaxBlocks - 1) / kMaxBlocks);
+  parallel_over((rows + job.block_rows - 1) / job.block_rows, 1, &run_blocks, &job);
+  if (job.error) std::rethrow_exception(job.error);
+  g_row_block_runs.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+std::uint64_t gemm_row_block_runs() { return g_row_block_runs.load(std::memory_order_relaxed); }
+
+}  // namespace vtpu::bridge

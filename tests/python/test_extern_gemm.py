@@ -1,0 +1,105 @@
+"""Matrix products of the host-kernel path as row blocks on the work-sharing
+pool (bridge/extern_gemm.h): each block a single-threaded MKL call. Results
+are the CPU's to rounding (not its bits: two-threaded MKL splits the summed
+dimension of some shapes, K = 1024 for one, and its summation order can
+depend on a block's row count), the same bits in every mode and on every
+run, for every layout and bias form ATen's mm/addmm take; other dtypes and
+batched products stay on ATen's kernel."""
+import pytest
+import torch
+
+import torch_vtpu
+
+needs_mkl = pytest.mark.skipif(not torch.backends.mkl.is_available(),
+                               reason="row blocks need MKL's per-thread thread count")
+
+
+def _runs():
+    torch.vtpu.synchronize()
+    return torch_vtpu._C._gemm_row_block_runs()
+
+
+def _layouts(m, k, n, g):
+    a = torch.randn(m, k, generator=g)
+    b = torch.randn(k, n, generator=g)
+    # Row-major, and transposed storage of each operand (MKL's trans flags).
+    yield "contiguous", a, b
+    yield "a transposed", a.t().contiguous().t(), b
+    yield "b transposed", a, b.t().contiguous().t()
+    yield "row slice", torch.randn(m + 5, k, generator=g)[3:3 + m], b
+
+
+def _products(m, k, n, g):
+    """(name, fn) pairs over CPU-built operands, each fn taking a device."""
+    for layout, a, b in _layouts(m, k, n, g):
+        yield layout + " mm", a, b, None, 1, 1
+        for bias in (torch.randn(n, generator=g), torch.randn(m, n, generator=g), torch.randn(1, n, generator=g)):
+            for beta, alpha in ((1, 1), (0.5, -2.0)):
+                yield f"{layout} addmm bias{tuple(bias.shape)} beta={beta} alpha={alpha}", a, b, bias, beta, alpha
+
+
+def _run(a, b, bias, beta, alpha, device):
+    a, b = a.to(device), b.to(device)
+    if bias is None:
+        return (a @ b).cpu()
+    return torch.addmm(bias.to(device), a, b, beta=beta, alpha=alpha).cpu()
+
+
+@needs_mkl
+@pytest.mark.parametrize("shape", [(256, 256, 768), (512, 1024, 300), (37, 129, 2050), (100, 256, 256), (16, 16, 16)])
+def test_mm_and_addmm_in_row_blocks_match_the_cpu_and_every_mode_bitwise(shape):
+    m, k, n = shape
+    g = torch.Generator().manual_seed(m * 7 + n)
+    for name, a, b, bias, beta, alpha in _products(m, k, n, g):
+        want = _run(a, b, bias, beta, alpha, "cpu")
+        got = {}
+        for mode in ("strict", "fused", "debug"):
+            with torch_vtpu.mode(mode):
+                before = _runs()
+                got[mode] = _run(a, b, bias, beta, alpha, "vtpu")
+                assert _runs() == before + 1, (name, mode)
+        torch.testing.assert_close(got["strict"], want, rtol=1e-5, atol=1e-5 * k ** 0.5, msg=name)
+        again = _run(a, b, bias, beta, alpha, "vtpu")
+        for mode, result in got.items():
+            assert torch.equal(result, got["strict"]), (name, mode)
+        assert torch.equal(again, got["strict"]), name
+
+
+@needs_mkl
+def test_linear_layers_forward_and_backward_run_in_row_blocks():
+    g = torch.Generator().manual_seed(0)
+    layer = torch.nn.Linear(256, 512)
+    x = torch.randn(300, 256, generator=g, requires_grad=True)
+    dev = torch.nn.Linear(256, 512).to("vtpu")
+    dev.load_state_dict(layer.state_dict())
+    xd = x.detach().to("vtpu").requires_grad_(True)
+    layer(x).square().sum().backward()
+    before = _runs()
+    dev(xd).square().sum().backward()
+    # addmm forward; mm for the input's and the weight's gradients.
+    assert _runs() - before >= 3
+    for got, want in ((xd.grad, x.grad), (dev.weight.grad, layer.weight.grad), (dev.bias.grad, layer.bias.grad)):
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_other_dtypes_and_shapes_stay_on_atens_kernel():
+    g = torch.Generator().manual_seed(1)
+    before = _runs()
+    a64, b64 = torch.randn(64, 32, generator=g, dtype=torch.float64), torch.randn(32, 48, generator=g, dtype=torch.float64)
+    assert torch.equal((a64.to("vtpu") @ b64.to("vtpu")).cpu(), a64 @ b64)
+    abf, bbf = a64.bfloat16(), b64.bfloat16()
+    assert torch.equal((abf.to("vtpu") @ bbf.to("vtpu")).cpu(), abf @ bbf)
+    # Batched products (bmm) are not split here.
+    a3, b3 = torch.randn(4, 64, 32, generator=g), torch.randn(4, 32, 48, generator=g)
+    assert torch.equal(torch.bmm(a3.to("vtpu"), b3.to("vtpu")).cpu(), torch.bmm(a3, b3))
+    assert _runs() == before
+
+
+def test_shape_errors_are_atens():
+    a, b = torch.randn(8, 5), torch.randn(6, 4)
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        a @ b
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        (a.to("vtpu") @ b.to("vtpu")).cpu()
+    # The process stays usable.
+    assert torch.equal((a.to("vtpu") @ a.t().to("vtpu")).cpu(), a @ a.t())

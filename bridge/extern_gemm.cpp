@@ -124,9 +124,15 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
   // right-hand matrix again, which 16 rows amortise, and a smaller block is
   // not worth a helper's time), at most kMaxBlocks of them.
   constexpr std::int64_t kMaxBlocks = 8;
+  constexpr std::int64_t kMaxRightHandElements = std::int64_t{1} << 19;  // 2 MB of float32
   const std::int64_t per_row = std::max<std::int64_t>(1, k * n);
   const std::int64_t min_rows = std::max<std::int64_t>(16, ((std::int64_t{1} << 20) + per_row - 1) / per_row);
-  // Too few rows to share but much work: MKL's own threads are better.
+  // MKL's own threads are better for a product of more than ~64M
+  // multiply-adds (its join is then a small share: MLP's 256x1024x1024
+  // products ran 20-50% slower in blocks, each block packing the right-hand
+  // matrix again), for a right-hand matrix beyond a core's L2, and for much
+  // work in too few rows to share.
+  if (rows * per_row > (std::int64_t{1} << 26) || per_row > kMaxRightHandElements) return false;
   if (rows < 2 * min_rows && rows * per_row > (std::int64_t{1} << 23)) return false;
   job.block_rows = std::max(min_rows, (rows + kMaxBlocks - 1) / kMaxBlocks);
   parallel_over((rows + job.block_rows - 1) / job.block_rows, 1, &run_blocks, &job);

@@ -46,7 +46,7 @@ def _run(a, b, bias, beta, alpha, device):
 
 
 @needs_mkl
-@pytest.mark.parametrize("shape", [(256, 256, 768), (512, 1024, 300), (37, 129, 2050), (100, 256, 256), (16, 16, 16)])
+@pytest.mark.parametrize("shape", [(256, 256, 768), (512, 256, 300), (37, 129, 2050), (100, 256, 256), (16, 16, 16)])
 def test_mm_and_addmm_in_row_blocks_match_the_cpu_and_every_mode_bitwise(shape):
     m, k, n = shape
     g = torch.Generator().manual_seed(m * 7 + n)
@@ -92,6 +92,12 @@ def test_other_dtypes_and_shapes_stay_on_atens_kernel():
     # Batched products (bmm) are not split here.
     a3, b3 = torch.randn(4, 64, 32, generator=g), torch.randn(4, 32, 48, generator=g)
     assert torch.equal(torch.bmm(a3.to("vtpu"), b3.to("vtpu")).cpu(), torch.bmm(a3, b3))
+    # Large products keep MKL's threads (its join is a small share there, and
+    # blocks would pack the right-hand matrix again each): the CPU's bits.
+    a, b = torch.randn(256, 1024, generator=g), torch.randn(1024, 1024, generator=g)
+    assert torch.equal((a.to("vtpu") @ b.to("vtpu")).cpu(), a @ b)
+    a, b = torch.randn(4, 64, generator=g), torch.randn(64, 1 << 16, generator=g)  # a right-hand matrix beyond L2
+    assert torch.equal((a.to("vtpu") @ b.to("vtpu")).cpu(), a @ b)
     assert _runs() == before
 
 

@@ -18,7 +18,7 @@
 #include "aten_bridge.h"
 #include "call_site.h"
 #include "device_context.h"
-#include "extern_gemm.h"
+#include "extern_blocks.h"
 #include "generated_kernels.h"
 #include "generated_lowering.h"
 #include "host_path_rules.h"
@@ -518,11 +518,14 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
           fresh_host[i].unsafeGetTensorImpl()->set_sizes_and_strides(promised[i].first, promised[i].second,
                                                                      fresh_host[i].storage_offset());
       }
+      bool fresh_in_return_order = fresh_slots.size() == fresh_host.size();
+      for (std::size_t i = 0; fresh_in_return_order && i < fresh_slots.size(); ++i)
+        fresh_in_return_order = fresh_slots[i] == static_cast<int>(i);
       if (run_gemm_in_row_blocks(name, host)) {
         const c10::IValue out = host.back();  // mm.out/addmm.out return their out argument
         host.clear();
         host.push_back(out);
-      } else {
+      } else if (!(fresh_in_return_order && run_attention_in_batch_blocks(name, host, fresh_host))) {
         op.callBoxed(host);
       }
       // Fresh results were computed into CPU temporaries: copy them over.

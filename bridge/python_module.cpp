@@ -11,7 +11,7 @@
 #include "aten_bridge.h"
 #include "call_site.h"
 #include "device_context.h"
-#include "extern_gemm.h"
+#include "extern_blocks.h"
 #include "fused_window.h"
 #include "generated_kernels.h"
 #include "vtpu/runtime/error.h"
@@ -152,6 +152,7 @@ PYBIND11_MODULE(_C, m) {
   });
   // Test hook: matrix products run as row blocks on the pool so far.
   m.def("_gemm_row_block_runs", [] { return gemm_row_block_runs(); });
+  m.def("_attention_batch_block_runs", [] { return attention_batch_block_runs(); });
   m.def("_wait_for_fusion_compiles", [] {
     py::gil_scoped_release no_gil;
     wait_for_fusion_compiles();

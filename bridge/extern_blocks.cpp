@@ -1,6 +1,9 @@
-#include "extern_gemm.h"
+#include "extern_blocks.h"
 
 #include <ATen/core/Tensor.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/mm.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -11,6 +14,8 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <optional>
+#include <vector>
 
 #include "generated_kernels.h"
 
@@ -28,7 +33,20 @@ SetLocalThreads mkl_set_local_threads() {
   return fn;
 }
 
+// OpenMP's per-thread team size, from torch's own libgomp.
+using OmpSetThreads = void (*)(int);
+using OmpGetThreads = int (*)();
+OmpSetThreads omp_set_threads() {
+  static const OmpSetThreads fn = reinterpret_cast<OmpSetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  return fn;
+}
+OmpGetThreads omp_get_threads() {
+  static const OmpGetThreads fn = reinterpret_cast<OmpGetThreads>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  return fn;
+}
+
 std::atomic<std::uint64_t> g_row_block_runs{0};
+std::atomic<std::uint64_t> g_attention_block_runs{0};
 
 bool row_blocks_enabled() {
   static const bool enabled = [] {
@@ -48,6 +66,27 @@ class SingleThreadedMkl {
 
  private:
   int previous_;
+};
+
+// ATen's parallel_for and MKL run on the calling thread only, for the
+// lifetime of the guard (both are per-thread settings).
+class SingleThreadedAten {
+ public:
+  static bool available() {
+    return mkl_set_local_threads() != nullptr && omp_set_threads() != nullptr && omp_get_threads() != nullptr;
+  }
+  SingleThreadedAten() {
+    at::get_num_threads();  // ATen's per-thread lazy set-up first: it would reset the team size later
+    previous_omp_ = omp_get_threads()();
+    omp_set_threads()(1);
+  }
+  ~SingleThreadedAten() { omp_set_threads()(previous_omp_); }
+  SingleThreadedAten(const SingleThreadedAten&) = delete;
+  SingleThreadedAten& operator=(const SingleThreadedAten&) = delete;
+
+ private:
+  SingleThreadedMkl mkl_;
+  int previous_omp_ = 1;
 };
 
 struct GemmBlocks {
@@ -142,5 +181,99 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
 }
 
 std::uint64_t gemm_row_block_runs() { return g_row_block_runs.load(std::memory_order_relaxed); }
+
+namespace {
+
+bool attention_blocks_enabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("VTPU_ATTENTION_BATCH_BLOCKS");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return enabled;
+}
+
+struct AttentionBlocks {
+  bool backward = false;
+  // Forward: query, key, value. Backward: grad_out, query, key, value, out, logsumexp.
+  std::vector<at::Tensor> inputs;
+  double dropout_p = 0;
+  bool is_causal = false;
+  std::optional<double> scale;
+  std::vector<at::Tensor> results;
+  std::mutex error_mutex;
+  std::exception_ptr error;
+};
+
+// Batch elements [first, last): attention of one batch element does not
+// read another's, so each block gives the whole call's bits for its rows.
+void run_attention_batches(std::int64_t first, std::int64_t last, void* raw) {
+  auto& job = *static_cast<AttentionBlocks*>(raw);
+  try {
+    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+    SingleThreadedAten single;
+    for (std::int64_t b = first; b < last; ++b) {
+      std::vector<at::Tensor> in;
+      for (const at::Tensor& t : job.inputs) in.push_back(t.narrow(0, b, 1));
+      std::vector<at::Tensor> out;
+      if (job.backward) {
+        auto [gq, gk, gv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+            in[0], in[1], in[2], in[3], in[4], in[5], job.dropout_p, job.is_causal, std::nullopt, job.scale);
+        out = {gq, gk, gv};
+      } else {
+        auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(in[0], in[1], in[2], job.dropout_p,
+                                                                          job.is_causal, std::nullopt, job.scale);
+        out = {o, lse};
+      }
+      for (std::size_t i = 0; i < out.size(); ++i) job.results[i].narrow(0, b, 1).copy_(out[i]);
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(job.error_mutex);
+    if (!job.error) job.error = std::current_exception();
+  }
+}
+
+}  // namespace
+
+bool run_attention_in_batch_blocks(const std::string& name, torch::jit::Stack& s,
+                                   const std::vector<at::Tensor>& results) {
+  if (!attention_blocks_enabled() || !SingleThreadedAten::available()) return false;
+  AttentionBlocks job;
+  std::size_t next = 0;
+  if (name == "aten::_scaled_dot_product_flash_attention_for_cpu" && s.size() == 7 && results.size() == 2) {
+    next = 3;
+  } else if (name == "aten::_scaled_dot_product_flash_attention_for_cpu_backward" && s.size() == 10 &&
+             results.size() == 3) {
+    job.backward = true;
+    next = 6;
+  } else {
+    return false;
+  }
+  for (std::size_t i = 0; i < next; ++i) {
+    if (!s[i].isTensor()) return false;
+    job.inputs.push_back(s[i].toTensor());
+  }
+  job.dropout_p = s[next].toDouble();
+  job.is_causal = s[next + 1].toBool();
+  // Dropout draws per call (a batch element's draws depend on the others'),
+  // and a mask may broadcast over the batch: both stay on ATen's kernel.
+  const c10::IValue& mask = s[next + 2];  // None, or an undefined tensor for None
+  if (job.dropout_p != 0.0 || !(mask.isNone() || (mask.isTensor() && !mask.toTensor().defined()))) return false;
+  if (!s[next + 3].isNone()) job.scale = s[next + 3].toDouble();
+  const std::int64_t batch = job.inputs[0].dim() == 4 ? job.inputs[0].size(0) : 0;
+  if (batch < 2) return false;
+  for (const at::Tensor& t : job.inputs)
+    if (t.dim() < 1 || t.size(0) != batch) return false;
+  for (const at::Tensor& t : results)
+    if (!t.defined() || t.dim() < 1 || t.size(0) != batch) return false;
+  job.results = results;
+  parallel_over(batch, 1, &run_attention_batches, &job);
+  if (job.error) std::rethrow_exception(job.error);
+  s.clear();
+  for (const at::Tensor& t : results) s.emplace_back(t);
+  g_attention_block_runs.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+std::uint64_t attention_batch_block_runs() { return g_attention_block_runs.load(std::memory_order_relaxed); }
 
 }  // namespace vtpu::bridge

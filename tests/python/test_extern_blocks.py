@@ -1,5 +1,5 @@
 """Matrix products of the host-kernel path as row blocks on the work-sharing
-pool (bridge/extern_gemm.h): each block a single-threaded MKL call. Results
+pool (bridge/extern_blocks.h): each block a single-threaded MKL call. Results
 are the CPU's to rounding (not its bits: two-threaded MKL splits the summed
 dimension of some shapes, K = 1024 for one, and its summation order can
 depend on a block's row count), the same bits in every mode and on every
@@ -109,3 +109,46 @@ def test_shape_errors_are_atens():
         (a.to("vtpu") @ b.to("vtpu")).cpu()
     # The process stays usable.
     assert torch.equal((a.to("vtpu") @ a.t().to("vtpu")).cpu(), a @ a.t())
+
+
+def _attention_runs():
+    torch.vtpu.synchronize()
+    return torch_vtpu._C._attention_batch_block_runs()
+
+
+@needs_mkl
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+@pytest.mark.parametrize("causal,scale", [(False, None), (True, None), (True, 0.3)])
+def test_flash_attention_in_batch_blocks_gives_the_cpus_bits_forward_and_backward(mode, causal, scale):
+    # One batch element's attention reads nothing of another's, so each
+    # block computes exactly what the whole call computes for its rows.
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(3, 4, 96, 32, generator=g, requires_grad=True) for _ in range(3))
+    grad = torch.randn(3, 4, 96, 32, generator=g)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    out.backward(grad)
+    with torch_vtpu.mode(mode):
+        qd, kd, vd = (t.detach().to("vtpu").requires_grad_(True) for t in (q, k, v))
+        before = _attention_runs()
+        outd = F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal, scale=scale)
+        outd.backward(grad.to("vtpu"))
+        assert _attention_runs() == before + 2  # forward and backward
+    assert torch.equal(outd.cpu(), out)
+    for got, want in ((qd.grad, q.grad), (kd.grad, k.grad), (vd.grad, v.grad)):
+        assert torch.equal(got.cpu(), want)
+
+
+def test_attention_with_a_mask_dropout_or_one_batch_element_stays_on_atens_kernel():
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 2, 64, 16, generator=g) for _ in range(3))
+    mask = torch.randn(64, 64, generator=g) > 0
+    before = _attention_runs()
+    got = F.scaled_dot_product_attention(q.to("vtpu"), k.to("vtpu"), v.to("vtpu"), attn_mask=mask.to("vtpu")).cpu()
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), rtol=1e-5, atol=1e-5)
+    single = F.scaled_dot_product_attention(q[:1].to("vtpu"), k[:1].to("vtpu"), v[:1].to("vtpu")).cpu()
+    torch.testing.assert_close(single, F.scaled_dot_product_attention(q[:1], k[:1], v[:1]), rtol=1e-5, atol=1e-5)
+    dropped = F.scaled_dot_product_attention(q.to("vtpu"), k.to("vtpu"), v.to("vtpu"), dropout_p=0.5)
+    assert dropped.shape == q.shape and torch.isfinite(dropped.cpu()).all()
+    assert _attention_runs() == before

@@ -1,0 +1,42 @@
+// Extern kernels of the host-kernel path split into independent blocks on
+// the work-sharing pool, each block one single-threaded ATen/MKL call:
+// matrix products (mm and addmm, out= form) by rows, CPU flash attention
+// (forward and backward) by batch.
+//
+// Why: MKL and ATen thread their kernels with OpenMP, whose fork-join waits
+// for every thread of the stream thread's team to wake and finish. On this
+// 2-core VM that wait was ~9 of ~36 ms of GEMM time and ~3 of ~7.5 ms of
+// attention time in a fused Qwen3-style training step. Blocks claimed from
+// the pool start at once on the stream thread; a helper joins when it wakes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/stack.h>
+
+namespace vtpu::bridge {
+
+// Runs the out= call `out_stack` of op `name` ("aten::mm.out",
+// "aten::addmm.out") as row blocks on the pool. Returns false, having done
+// nothing, when the op, dtypes or layout are not handled (or MKL's per-thread
+// control is missing from this torch build): the caller runs ATen's kernel.
+bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& out_stack);
+
+// Products run in row blocks so far (one per call, inline or shared).
+std::uint64_t gemm_row_block_runs();
+
+// Runs `_scaled_dot_product_flash_attention_for_cpu` or its backward (op
+// `name`, arguments `args`) one batch element per block, writing the
+// results into `results` (the op's fresh outputs, in return order), and
+// leaves those results on `args` as the op's returns. Returns false, having
+// done nothing, for other ops, dropout, an attention mask, a batch of one,
+// or without per-thread OpenMP/MKL control: the caller runs ATen's kernel.
+bool run_attention_in_batch_blocks(const std::string& name, torch::jit::Stack& args,
+                                   const std::vector<at::Tensor>& results);
+
+// Attention calls run in batch blocks so far.
+std::uint64_t attention_batch_block_runs();
+
+}  // namespace vtpu::bridge

@@ -48,13 +48,39 @@ OmpGetThreads omp_get_threads() {
 std::atomic<std::uint64_t> g_row_block_runs{0};
 std::atomic<std::uint64_t> g_attention_block_runs{0};
 
+// On unless the environment variable is "0".
+bool env_flag_on(const char* name) {
+  const char* env = std::getenv(name);
+  return env == nullptr || std::string(env) != "0";
+}
+
 bool row_blocks_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("VTPU_GEMM_ROW_BLOCKS");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  static const bool enabled = env_flag_on("VTPU_GEMM_ROW_BLOCKS");
   return enabled;
 }
+
+// The first exception of a call's blocks: pool threads must not see one, so
+// it is kept and rethrown by the caller once every block has run.
+class FirstError {
+ public:
+  template <typename Fn>
+  void run(Fn&& fn) noexcept {
+    try {
+      c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+      fn();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr error_;
+};
 
 // MKL runs on the calling thread only, for the lifetime of the guard.
 class SingleThreadedMkl {
@@ -94,20 +120,16 @@ struct GemmBlocks {
   std::int64_t block_rows = 0;
   bool bias_by_row = false;          // a (M, N) bias is split with the rows
   c10::Scalar beta, alpha;
-  std::mutex error_mutex;
-  std::exception_ptr error;
+  FirstError error;
 };
 
 // Row blocks [first, last) of the product, one MKL call each. The blocks'
 // boundaries depend only on the shapes, never on which thread runs them or
 // whether the pool shares them: MKL's summation order can depend on a
-// block's row count, so this keeps the bits deterministic. Runs on pool
-// threads, which must not see an exception: the first is kept and rethrown
-// by the caller.
+// block's row count, so this keeps the bits deterministic.
 void run_blocks(std::int64_t first, std::int64_t last, void* raw) {
   auto& job = *static_cast<GemmBlocks*>(raw);
-  try {
-    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+  job.error.run([&] {
     SingleThreadedMkl single;
     const std::int64_t rows = job.out.size(0);
     for (std::int64_t block = first; block < last; ++block) {
@@ -121,10 +143,7 @@ void run_blocks(std::int64_t first, std::int64_t last, void* raw) {
         at::mm_out(out, mat1, job.mat2);
       }
     }
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(job.error_mutex);
-    if (!job.error) job.error = std::current_exception();
-  }
+  });
 }
 
 }  // namespace
@@ -175,7 +194,7 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
   if (rows < 2 * min_rows && rows * per_row > (std::int64_t{1} << 23)) return false;
   job.block_rows = std::max(min_rows, (rows + kMaxBlocks - 1) / kMaxBlocks);
   parallel_over((rows + job.block_rows - 1) / job.block_rows, 1, &run_blocks, &job);
-  if (job.error) std::rethrow_exception(job.error);
+  job.error.rethrow();
   g_row_block_runs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -185,10 +204,7 @@ std::uint64_t gemm_row_block_runs() { return g_row_block_runs.load(std::memory_o
 namespace {
 
 bool attention_blocks_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("VTPU_ATTENTION_BATCH_BLOCKS");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  static const bool enabled = env_flag_on("VTPU_ATTENTION_BATCH_BLOCKS");
   return enabled;
 }
 
@@ -200,16 +216,14 @@ struct AttentionBlocks {
   bool is_causal = false;
   std::optional<double> scale;
   std::vector<at::Tensor> results;
-  std::mutex error_mutex;
-  std::exception_ptr error;
+  FirstError error;
 };
 
 // Batch elements [first, last): attention of one batch element does not
 // read another's, so each block gives the whole call's bits for its rows.
 void run_attention_batches(std::int64_t first, std::int64_t last, void* raw) {
   auto& job = *static_cast<AttentionBlocks*>(raw);
-  try {
-    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+  job.error.run([&] {
     SingleThreadedAten single;
     for (std::int64_t b = first; b < last; ++b) {
       std::vector<at::Tensor> in;
@@ -226,10 +240,7 @@ void run_attention_batches(std::int64_t first, std::int64_t last, void* raw) {
       }
       for (std::size_t i = 0; i < out.size(); ++i) job.results[i].narrow(0, b, 1).copy_(out[i]);
     }
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(job.error_mutex);
-    if (!job.error) job.error = std::current_exception();
-  }
+  });
 }
 
 }  // namespace
@@ -267,7 +278,7 @@ bool run_attention_in_batch_blocks(const std::string& name, torch::jit::Stack& s
     if (!t.defined() || t.dim() < 1 || t.size(0) != batch) return false;
   job.results = results;
   parallel_over(batch, 1, &run_attention_batches, &job);
-  if (job.error) std::rethrow_exception(job.error);
+  job.error.rethrow();
   s.clear();
   for (const at::Tensor& t : results) s.emplace_back(t);
   g_attention_block_runs.fetch_add(1, std::memory_order_relaxed);

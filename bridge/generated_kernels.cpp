@@ -155,9 +155,9 @@ KernelTensor flat_kernel_tensor(const at::Tensor& t) {
 }
 
 // The launch ABI's parallel_for: the work-sharing pool (the caller never
-// waits for a helper to wake; see work_sharing_pool.h), sized once from
-// ATen's thread count, each launch using at most torch.get_num_threads()
-// threads. VTPU_WORK_SHARING=0 uses ATen's parallel_for instead (OpenMP's
+// waits for a helper to wake; see work_sharing_pool.h), started with
+// ATen's thread count, each launch using torch.get_num_threads() threads
+// (the pool starts more helpers when that was raised). VTPU_WORK_SHARING=0 uses ATen's parallel_for instead (OpenMP's
 // fork-join), for comparison.
 bool work_sharing_enabled() {
   static const bool enabled = [] {

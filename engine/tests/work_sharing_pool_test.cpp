@@ -71,12 +71,19 @@ TEST(WorkSharingPoolTest, RangesSplitIntoChunksThatHelpersShare) {
   EXPECT_GT(pool.shared_runs(), 0u);
 }
 
-TEST(WorkSharingPoolTest, WithoutHelpersTheCallerRunsEverything) {
+TEST(WorkSharingPoolTest, AskingForMoreThreadsStartsHelpers) {
+  // torch.set_num_threads(1) before the first launch, raised later.
   WorkSharingPool pool(0);
+  Coverage inline_run(5000);
+  pool.run(5000, 10, 1, &count_range, &inline_run);
+  expect_each_once(inline_run);
+  EXPECT_EQ(inline_run.calls.load(), 1);
+  EXPECT_EQ(pool.helpers(), 0);
   Coverage c(5000);
-  pool.run(5000, 10, 8, &count_range, &c);
+  pool.run(5000, 10, 3, &count_range, &c);
   expect_each_once(c);
-  EXPECT_EQ(c.calls.load(), 1);  // no helper: nothing to split for
+  EXPECT_EQ(pool.helpers(), 2);
+  EXPECT_EQ(c.calls.load(), 12);  // (1 + 2 helpers) x 4 chunks per thread
 }
 
 TEST(WorkSharingPoolTest, BackToBackRangesNeverLoseOrRepeatWork) {

@@ -23,6 +23,9 @@ constexpr auto kHelperSpin = std::chrono::microseconds(30);
 // long range, and that the caller's wait for a helper's last chunk is short.
 constexpr std::int64_t kChunksPerThread = 4;
 
+// More helpers than any host's cores would only add wake-ups.
+constexpr int kMaxHelpers = 255;
+
 // Polls `done` briefly, then yields: a helper that is still inside a chunk
 // may need this core to finish it.
 template <typename Done>
@@ -64,12 +67,20 @@ std::int64_t WorkSharingPool::work() {
 void WorkSharingPool::run(std::int64_t total, std::int64_t grain, int threads, Body body, void* context) {
   if (total <= 0) return;
   grain = std::max<std::int64_t>(grain, 1);
-  const int participants = std::min(threads - 1, helpers());
   std::unique_lock<std::mutex> lock(run_mutex_, std::try_to_lock);
-  if (participants <= 0 || total <= grain || !lock.owns_lock()) {
+  if (threads <= 1 || total <= grain || !lock.owns_lock()) {
     body(0, total, context);
     return;
   }
+  // More threads asked for than there are (torch.set_num_threads raised
+  // after the first launch): start the missing helpers. No range is open
+  // while run_mutex_ is held, and helpers never touch threads_.
+  const int wanted = std::min(threads - 1, kMaxHelpers);
+  while (helpers() < wanted) {
+    const int index = helpers();
+    threads_.emplace_back([this, index] { helper_loop(index); });
+  }
+  const int participants = std::min(threads - 1, helpers());
   const std::int64_t per_chunk = (total + (participants + 1) * kChunksPerThread - 1) / ((participants + 1) * kChunksPerThread);
   job_.body = body;
   job_.context = context;

@@ -37,11 +37,13 @@ class WorkSharingPool {
   WorkSharingPool& operator=(const WorkSharingPool&) = delete;
 
   // Runs body over [0, total) in chunks of at least `grain` elements, on the
-  // calling thread and up to `threads - 1` helpers; returns when every
-  // element has been processed. Ranges of at most `grain` elements, a
-  // single thread, or a pool busy with another caller's range run inline.
+  // calling thread and up to `threads - 1` helpers (started here when the
+  // pool has fewer); returns when every element has been processed. Ranges
+  // of at most `grain` elements, a single thread, or a pool busy with
+  // another caller's range run inline.
   void run(std::int64_t total, std::int64_t grain, int threads, Body body, void* context);
 
+  // Helper threads started so far (read by the caller of run, or when idle).
   int helpers() const { return static_cast<int>(threads_.size()); }
   // Ranges split across threads so far (not those run inline).
   std::uint64_t shared_runs() const { return shared_runs_.load(std::memory_order_relaxed); }

@@ -5,6 +5,7 @@
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 #include <ATen/ops/addmm.h>
+#include <ATen/ops/convolution.h>
 #include <ATen/ops/mm.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <dlfcn.h>
@@ -47,6 +48,7 @@ OmpGetThreads omp_get_threads() {
 
 std::atomic<std::uint64_t> g_row_block_runs{0};
 std::atomic<std::uint64_t> g_attention_block_runs{0};
+std::atomic<std::uint64_t> g_convolution_block_runs{0};
 
 // On unless the environment variable is "0".
 bool env_flag_on(const char* name) {
@@ -115,6 +117,16 @@ class SingleThreadedAten {
   int previous_omp_ = 1;
 };
 
+// fn(begin, count) for blocks [first, last) of `size` elements along a
+// dimension of `total` (the last block may be shorter).
+template <typename Fn>
+void for_blocks(std::int64_t first, std::int64_t last, std::int64_t size, std::int64_t total, Fn fn) {
+  for (std::int64_t block = first; block < last; ++block) {
+    const std::int64_t begin = block * size;
+    fn(begin, std::min(size, total - begin));
+  }
+}
+
 struct GemmBlocks {
   at::Tensor out, mat1, mat2, bias;  // bias defined for addmm
   std::int64_t block_rows = 0;
@@ -131,9 +143,7 @@ void run_blocks(std::int64_t first, std::int64_t last, void* raw) {
   auto& job = *static_cast<GemmBlocks*>(raw);
   job.error.run([&] {
     SingleThreadedMkl single;
-    const std::int64_t rows = job.out.size(0);
-    for (std::int64_t block = first; block < last; ++block) {
-      const std::int64_t begin = block * job.block_rows, count = std::min(job.block_rows, rows - begin);
+    for_blocks(first, last, job.block_rows, job.out.size(0), [&](std::int64_t begin, std::int64_t count) {
       at::Tensor out = job.out.narrow(0, begin, count);
       const at::Tensor mat1 = job.mat1.narrow(0, begin, count);
       if (job.bias.defined()) {
@@ -142,7 +152,7 @@ void run_blocks(std::int64_t first, std::int64_t last, void* raw) {
       } else {
         at::mm_out(out, mat1, job.mat2);
       }
-    }
+    });
   });
 }
 
@@ -286,5 +296,77 @@ bool run_attention_in_batch_blocks(const std::string& name, torch::jit::Stack& s
 }
 
 std::uint64_t attention_batch_block_runs() { return g_attention_block_runs.load(std::memory_order_relaxed); }
+
+namespace {
+
+bool convolution_blocks_enabled() {
+  static const bool enabled = env_flag_on("VTPU_CONV_BATCH_BLOCKS");
+  return enabled;
+}
+
+struct ConvolutionBlocks {
+  at::Tensor input, weight, out;
+  std::optional<at::Tensor> bias;
+  std::vector<std::int64_t> stride, padding, dilation, output_padding;
+  bool transposed = false;
+  std::int64_t groups = 1;
+  std::int64_t block = 1;  // batch elements per block
+  FirstError error;
+};
+
+// Blocks [first, last) of `block` batch elements each: a convolution's
+// output for one batch element reads only that element's input.
+void run_convolution_blocks(std::int64_t first, std::int64_t last, void* raw) {
+  auto& job = *static_cast<ConvolutionBlocks*>(raw);
+  job.error.run([&] {
+    SingleThreadedAten single;
+    for_blocks(first, last, job.block, job.input.size(0), [&](std::int64_t begin, std::int64_t count) {
+      const at::Tensor result =
+          at::convolution(job.input.narrow(0, begin, count), job.weight, job.bias, job.stride, job.padding,
+                          job.dilation, job.transposed, job.output_padding, job.groups);
+      job.out.narrow(0, begin, count).copy_(result);
+    });
+  });
+}
+
+}  // namespace
+
+bool run_convolution_in_batch_blocks(const std::string& name, torch::jit::Stack& s,
+                                     const std::vector<at::Tensor>& results) {
+  if (!convolution_blocks_enabled() || !SingleThreadedAten::available()) return false;
+  const bool out_form = name == "aten::convolution.out";
+  if (!(out_form && s.size() == 10) && !(name == "aten::convolution" && s.size() == 9 && results.size() == 1))
+    return false;
+  ConvolutionBlocks job;
+  if (!s[0].isTensor() || !s[1].isTensor()) return false;
+  job.input = s[0].toTensor();
+  job.weight = s[1].toTensor();
+  if (s[2].isTensor() && s[2].toTensor().defined()) job.bias = s[2].toTensor();
+  else if (!s[2].isNone() && !s[2].isTensor()) return false;
+  job.stride = s[3].toIntVector();
+  job.padding = s[4].toIntVector();
+  job.dilation = s[5].toIntVector();
+  job.transposed = s[6].toBool();
+  job.output_padding = s[7].toIntVector();
+  job.groups = s[8].toInt();
+  job.out = out_form ? s[9].toTensor() : results[0];
+  const std::int64_t batch = job.input.dim() == 4 ? job.input.size(0) : 0;
+  if (batch < 2 || job.weight.dim() != 4 || job.out.dim() != 4 || job.out.size(0) != batch) return false;
+  for (const at::Tensor* t : {&job.input, &job.weight, &job.out})
+    if (t->scalar_type() != at::kFloat) return false;
+  if (job.bias && job.bias->scalar_type() != at::kFloat) return false;
+  // At most 8 blocks, boundaries from the batch size only.
+  constexpr std::int64_t kMaxBlocks = 8;
+  job.block = (batch + kMaxBlocks - 1) / kMaxBlocks;
+  parallel_over((batch + job.block - 1) / job.block, 1, &run_convolution_blocks, &job);
+  job.error.rethrow();
+  const at::Tensor out = job.out;
+  s.clear();
+  s.emplace_back(out);
+  g_convolution_block_runs.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+std::uint64_t convolution_batch_block_runs() { return g_convolution_block_runs.load(std::memory_order_relaxed); }
 
 }  // namespace vtpu::bridge

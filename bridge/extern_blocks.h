@@ -1,7 +1,7 @@
 // Extern kernels of the host-kernel path split into independent blocks on
 // the work-sharing pool, each block one single-threaded ATen/MKL call:
 // matrix products (mm and addmm, out= form) by rows, CPU flash attention
-// (forward and backward) by batch.
+// (forward and backward) and 2-d convolution forwards by batch.
 //
 // Why: MKL and ATen thread their kernels with OpenMP, whose fork-join waits
 // for every thread of the stream thread's team to wake and finish. On this
@@ -38,5 +38,17 @@ bool run_attention_in_batch_blocks(const std::string& name, torch::jit::Stack& a
 
 // Attention calls run in batch blocks so far.
 std::uint64_t attention_batch_block_runs();
+
+// Runs a 2-d `convolution` (op `name`: "aten::convolution" with its fresh
+// output `results[0]`, or "aten::convolution.out" with the out tensor last
+// on `args`) in blocks of batch elements, and leaves the output on `args`
+// as the op's return. Returns false, having done nothing, for other ops,
+// dtypes than float32, a batch of one, or without per-thread OpenMP/MKL
+// control: the caller runs ATen's kernel.
+bool run_convolution_in_batch_blocks(const std::string& name, torch::jit::Stack& args,
+                                     const std::vector<at::Tensor>& results);
+
+// Convolutions run in batch blocks so far.
+std::uint64_t convolution_batch_block_runs();
 
 }  // namespace vtpu::bridge

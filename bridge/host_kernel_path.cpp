@@ -502,7 +502,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         for (std::size_t position : written_positions) written_before.push_back(host[position].toTensor().clone());
         bool kept_geometry = true;
         try {
-          if (!run_gemm_in_row_blocks(out_name, out_host)) out_op->callBoxed(out_host);
+          if (!run_gemm_in_row_blocks(out_name, out_host) && !run_convolution_in_batch_blocks(out_name, out_host, {}))
+            out_op->callBoxed(out_host);
         } catch (const c10::Error& error) {
           if (!is_resize_refusal(error)) throw;
           kept_geometry = false;
@@ -525,7 +526,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         const c10::IValue out = host.back();  // mm.out/addmm.out return their out argument
         host.clear();
         host.push_back(out);
-      } else if (!(fresh_in_return_order && run_attention_in_batch_blocks(name, host, fresh_host))) {
+      } else if (!(fresh_in_return_order && (run_attention_in_batch_blocks(name, host, fresh_host) ||
+                                             run_convolution_in_batch_blocks(name, host, fresh_host)))) {
         op.callBoxed(host);
       }
       // Fresh results were computed into CPU temporaries: copy them over.

@@ -152,3 +152,59 @@ def test_attention_with_a_mask_dropout_or_one_batch_element_stays_on_atens_kerne
     dropped = F.scaled_dot_product_attention(q.to("vtpu"), k.to("vtpu"), v.to("vtpu"), dropout_p=0.5)
     assert dropped.shape == q.shape and torch.isfinite(dropped.cpu()).all()
     assert _attention_runs() == before
+
+
+def _convolution_runs():
+    torch.vtpu.synchronize()
+    return torch_vtpu._C._convolution_batch_block_runs()
+
+
+CONV_CASES = {
+    # name: (batch, in, out, size, kwargs, channels_last)
+    "cnn first layer": (32, 3, 32, 32, dict(padding=1), False),
+    "cnn middle layer": (32, 32, 64, 32, dict(padding=1), False),
+    "channels-last": (16, 32, 64, 16, dict(padding=1), True),
+    "strided, dilated, grouped": (12, 8, 16, 15, dict(stride=2, padding=2, dilation=2, groups=2), False),
+    "odd batch": (5, 8, 16, 9, dict(padding=1), False),
+}
+
+
+@needs_mkl
+@pytest.mark.parametrize("case", list(CONV_CASES))
+def test_convolution_in_batch_blocks_matches_the_cpu_and_every_mode_bitwise(case):
+    # A convolution's output for one batch element reads only that element's
+    # input: each block computes the same values. oneDNN may pick another
+    # algorithm for a smaller batch, so the CPU's bits are not promised (the
+    # CNN's layers give them), but every mode and run gives the same bits.
+    import torch.nn.functional as F
+    n, cin, cout, size, kwargs, channels_last = CONV_CASES[case]
+    g = torch.Generator().manual_seed(n + cin)
+    x = torch.randn(n, cin, size, size, generator=g)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(cout, cin // kwargs.get("groups", 1), 3, 3, generator=g)
+    b = torch.randn(cout, generator=g)
+    want = F.conv2d(x, w, b, **kwargs)
+    got = {}
+    for mode in ("strict", "fused", "debug"):
+        with torch_vtpu.mode(mode):
+            before = _convolution_runs()
+            got[mode] = F.conv2d(x.to("vtpu"), w.to("vtpu"), b.to("vtpu"), **kwargs)
+            assert _convolution_runs() == before + 1, mode
+    assert got["strict"].stride() == want.stride()  # the CPU's layout (channels-last stays so)
+    torch.testing.assert_close(got["strict"].cpu(), want, rtol=1e-5, atol=1e-4)
+    for mode, result in got.items():
+        assert torch.equal(result.cpu(), got["strict"].cpu()), mode
+    if case.startswith("cnn"):
+        assert torch.equal(got["strict"].cpu(), want)
+
+
+def test_convolution_of_one_batch_element_or_float64_stays_on_atens_kernel():
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(7)
+    before = _convolution_runs()
+    x, w = torch.randn(1, 3, 8, 8, generator=g), torch.randn(4, 3, 3, 3, generator=g)
+    assert torch.equal(F.conv2d(x.to("vtpu"), w.to("vtpu")).cpu(), F.conv2d(x, w))
+    x64, w64 = x.double().repeat(2, 1, 1, 1), w.double()
+    assert torch.equal(F.conv2d(x64.to("vtpu"), w64.to("vtpu")).cpu(), F.conv2d(x64, w64))
+    assert _convolution_runs() == before

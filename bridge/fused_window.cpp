@@ -28,9 +28,21 @@ using fused::tensor_operands;
 // window's bookkeeping cheap. Both are program properties: reaching them is
 // a deterministic flush point.
 constexpr std::size_t kMaxOpsPerCluster = 48;
+// Earlier clusters examined for merging into the one an op joins.
+constexpr std::size_t kMaxMergeCandidates = 16;
 constexpr std::size_t kMaxWindowOps = 1024;
 // Elements of the chain kernels held for one stream task (end_chain).
 constexpr std::int64_t kHeldElementLimit = std::int64_t{1} << 20;
+
+// How the buffers touched by an op or a cluster (`geometries`, `writes`)
+// meet cluster k: whether they share a storage, whether a write is involved
+// (then the op cannot move across k), and whether every shared use has the
+// same geometry where a write is involved (then the op can join k).
+struct Contact {
+  bool shares = false;
+  bool conflicts = false;
+  bool compatible = true;
+};
 
 class Window {
  public:
@@ -62,6 +74,7 @@ class Window {
   std::vector<Cluster> clusters_;
   UseMap uses_;
   std::vector<Geometry> scratch_geometries_;  // reused by record()
+  std::vector<Contact> scratch_contacts_;     // reused by choose_cluster()
   FusionStats stats_;
 };
 
@@ -80,15 +93,6 @@ Window& window() {
   return *w;
 }
 
-// How the buffers touched by an op or a cluster (`geometries`, `writes`)
-// meet cluster k: whether they share a storage, whether a write is involved
-// (then the op cannot move across k), and whether every shared use has the
-// same geometry where a write is involved (then the op can join k).
-struct Contact {
-  bool shares = false;
-  bool conflicts = false;
-  bool compatible = true;
-};
 
 
 Contact contact(const UseMap& uses, const std::vector<Geometry>& geometries, const std::vector<bool>& writes,
@@ -106,6 +110,26 @@ Contact contact(const UseMap& uses, const std::vector<Geometry>& geometries, con
     }
   }
   return c;
+}
+
+// contact() with every cluster at once, in one pass over the uses of
+// `geometries`' storages: `out[k]` for cluster k (default: no contact).
+// Asking cluster by cluster scans every use of a widely read buffer (an
+// input read by each of hundreds of clusters) once per cluster.
+void contacts_by_cluster(const UseMap& uses, const std::vector<Geometry>& geometries, const std::vector<bool>& writes,
+                         std::size_t clusters, std::vector<Contact>& out) {
+  out.assign(clusters, Contact{});
+  for (std::size_t i = 0; i < geometries.size(); ++i) {
+    auto found = uses.find(geometries[i].storage);
+    if (found == uses.end()) continue;
+    for (const Use& use : found->second) {
+      Contact& c = out[use.cluster];
+      c.shares = true;
+      const bool write = writes[i] || use.written;
+      c.conflicts = c.conflicts || write;
+      if (write && !(use.geometry == geometries[i])) c.compatible = false;
+    }
+  }
 }
 
 bool touches(const UseMap& uses, const void* storage, std::size_t k) {
@@ -152,9 +176,11 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
   writes[0] = true;
   joins = false;
   const std::vector<std::size_t> related = touching(uses_, geometries);
+  std::vector<Contact>& op_contacts = scratch_contacts_;
+  contacts_by_cluster(uses_, geometries, writes, clusters_.size(), op_contacts);
   std::size_t target = clusters_.size();
   for (std::size_t k : related) {
-    const Contact c = contact(uses_, geometries, writes, k);
+    const Contact& c = op_contacts[k];
     if (c.compatible && clusters_[k].iter_sizes == op.iter_sizes && clusters_[k].ops.size() < kMaxOpsPerCluster &&
         reduction_allows(uses_, clusters_[k], k, op, geometries)) {
       target = k;
@@ -164,13 +190,19 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
     if (c.conflicts) return clusters_.size();
   }
   if (!joins) return target;
-  // Merge earlier related clusters into the target, latest first.
+  // Merge earlier related clusters into the target, latest first. At most
+  // kMaxMergeCandidates are examined: each costs a scan of its buffers' uses,
+  // and a buffer read by the whole window (one input normalised a hundred
+  // times over) relates every cluster to every op; leaving a cluster unmerged
+  // only costs fusion.
+  std::size_t examined = 0;
   for (std::size_t r : related) {
     if (r >= target) continue;
     Cluster& candidate = clusters_[r];
     if (candidate.ops.empty() || candidate.iter_sizes != op.iter_sizes ||
         candidate.ops.size() + clusters_[target].ops.size() >= kMaxOpsPerCluster)
       continue;
+    if (++examined > kMaxMergeCandidates) break;
     // A reduction stays where it is; and nothing moves in beside the
     // target's reduction (or the op's) that touches its output.
     const void* target_reduction = op.reduction ? geometries[0].storage : clusters_[target].reduction_out;
@@ -190,14 +222,17 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
           r_writes.push_back(use.written);
         }
     }
-    if (!contact(uses_, r_geometries, r_writes, target).compatible ||
-        !contact(uses_, geometries, writes, r).compatible)
-      continue;
+    // op_contacts[r] still holds: merges only move uses into the target.
+    if (!contact(uses_, r_geometries, r_writes, target).compatible || !op_contacts[r].compatible) continue;
     // Moving r forward to the target passes the clusters in between that
     // touch its buffers; none may write them or be written by r.
     bool movable = true;
-    for (std::size_t q : touching(uses_, r_geometries))
-      if (q > r && q < target && contact(uses_, r_geometries, r_writes, q).conflicts) movable = false;
+    for (std::size_t i = 0; i < r_geometries.size() && movable; ++i)
+      for (const Use& use : uses_.at(r_geometries[i].storage))
+        if (use.cluster > r && use.cluster < target && (r_writes[i] || use.written)) {
+          movable = false;
+          break;
+        }
     if (!movable) continue;
     for (const void* storage : seen)
       for (Use& use : uses_.at(storage))

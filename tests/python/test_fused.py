@@ -190,6 +190,33 @@ def test_softmax_is_one_kernel():
     assert torch.equal(out.cpu(), _in_strict(lambda t: torch.softmax(t, dim=-1), x).cpu())
 
 
+def _normalised(x, w, b):
+    mean = x.sum(-1, keepdim=True) / x.shape[-1]
+    centred = x - mean
+    rstd = torch.rsqrt((centred * centred).sum(-1, keepdim=True) / x.shape[-1] + 1e-5)
+    return (x * rstd - rstd * mean) * w + b
+
+
+def test_an_input_read_by_every_cluster_of_a_full_window_fuses_each_use_alike():
+    """One input normalised 60 times before a flush: each op of the window
+    relates to every earlier cluster through that input (the window only
+    examines the latest few clusters for merging, so recording stays cheap:
+    benchmarks/window_bookkeeping.py). Every repetition still becomes the
+    kernels a single one does, with strict's bits."""
+    x = torch.randn(64, 256, device="vtpu")
+    w = torch.randn(256, device="vtpu")
+    b = torch.randn(256, device="vtpu")
+    _, one = _steady_metrics(_normalised, x, w, b)
+    repeats = 60
+    outs, many = _steady_metrics(lambda *a: [_normalised(*a) for _ in range(repeats)], x, w, b)
+    assert many["syncs"] == {"synchronize": 1}, many["syncs"]  # one window: no size-limit flush
+    assert many["kernels_launched"] == repeats * one["kernels_launched"], (one, many)
+    assert many["fused_kernels"] == repeats * one["fused_kernels"], (one, many)
+    expected = _in_strict(_normalised, x, w, b).cpu()
+    for out in outs:
+        assert torch.equal(out.cpu(), expected)
+
+
 def _adamw_setup(n, device="vtpu"):
     torch.manual_seed(0)
     params = [torch.randn(16, 8 if i % 2 else 24, device=device, requires_grad=True) for i in range(n)]

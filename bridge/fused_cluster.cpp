@@ -151,10 +151,8 @@ double scalar_of(const ir::AttrValue& v) {
 bool read_elsewhere(const std::vector<Cluster>& clusters, std::size_t index, const UseMap& uses, const Geometry& mine) {
   const std::vector<Use>& list = uses.at(mine.storage);
   std::size_t next = clusters.size();
-  for (const Use& use : list) {
-    if (use.cluster < index) return true;
+  for (const Use& use : list)
     if (use.cluster > index) next = std::min(next, use.cluster);
-  }
   if (next == clusters.size()) return false;
   bool overwritten = false;
   for (const Use& use : list) {

@@ -675,6 +675,62 @@ def test_fill_operand_rewrite_keeps_bits():
     assert torch.equal(gm(a, b).cpu(), fn(a, b).cpu())
 
 
+def _bits(t):
+    return t.cpu().contiguous().view(torch.int32)
+
+
+def test_scattered_halves_become_a_cat_with_eagers_bits():
+    """AOTAutograd's gradient of a cat taken apart again (RoPE's rotate_half):
+    two zero fills with a half scattered into each, added, becomes one cat."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch_vtpu.compiler import passes
+
+    ga, gb = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
+    ga[0, 0, 0, 0] = -0.0  # the add of zeros made it +0.0; a cat keeps it
+    ga, gb = ga.to("vtpu"), gb.to("vtpu")
+
+    def fn(a, b):
+        zeros = [torch.ops.aten.full.default([2, 3, 5, 8], 0, dtype=torch.float32, device=a.device) for _ in range(2)]
+        high = torch.ops.aten.slice_scatter.default(zeros[0], b, 3, 4, 9223372036854775807)
+        low = torch.ops.aten.slice_scatter.default(zeros[1], a, -1, 0, 4)
+        return high + low
+
+    gm = make_fx(fn)(ga, gb)
+    assert passes.scattered_halves_to_cat(gm) == 1
+    gm.recompile()
+    assert "slice_scatter" not in gm.code and "full" not in gm.code and "cat" in gm.code, gm.code
+    assert torch.equal(_bits(gm(ga, gb)), _bits(torch.cat((ga, gb), dim=-1)))
+    assert torch.equal(gm(ga, gb).cpu(), fn(ga, gb).cpu())
+
+    def overlapping(a, b):  # halves that do not tile the dim stay as they are
+        zeros = torch.ops.aten.full.default([2, 3, 5, 8], 0, dtype=torch.float32, device=a.device)
+        return (torch.ops.aten.slice_scatter.default(zeros, a, 3, 0, 4)
+                + torch.ops.aten.slice_scatter.default(zeros, b, 3, 3, 7))
+
+    gm = make_fx(overlapping)(ga, gb)
+    assert passes.scattered_halves_to_cat(gm) == 0
+
+
+def test_compiled_rotary_backward_has_no_scattered_halves(tmp_path):
+    from torch_vtpu.models.qwen3_mini import apply_rotary
+
+    torch.manual_seed(0)
+    q = torch.randn(2, 2, 6, 8)
+    cos, sin = torch.randn(6, 8), torch.randn(6, 8)
+    results = {}
+    for device in ("cpu", "vtpu"):
+        torch._dynamo.reset()
+        x = q.to(device).detach().requires_grad_()
+        fn = (lambda t: apply_rotary(t, cos.to(device), sin.to(device)).square().sum())
+        if device == "vtpu":
+            fn = torch.compile(fn, backend="vtpu", options={"dump_dir": str(tmp_path)})
+        fn(x).backward()
+        results[device] = x.grad.cpu()
+    torch.testing.assert_close(results["vtpu"], results["cpu"], rtol=1e-6, atol=1e-6)
+    backward = [p.read_text() for p in tmp_path.glob("*backward*.fx.py")]
+    assert len(backward) == 1 and "slice_scatter" not in backward[0] and "aten.cat" in backward[0], backward
+
+
 def test_native_program_gives_the_python_programs_bits(tmp_path):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4))

@@ -15,7 +15,15 @@ fill_operands_to_scalars: Dynamo's polyfill of ``_foreach_lerp_`` multiplies
     by a tensor filled with the weight (``addcmul(start, full_like(d, w), d)``);
     materialising that fill costs a kernel and a buffer pass per parameter.
     ``addcmul(a, full(w), b)`` with value 1 is ``a + (w * b)`` in the same
-    rounding, so it becomes ``add(a, mul(b, w))``."""
+    rounding, so it becomes ``add(a, mul(b, w))``.
+
+scattered_halves_to_cat: AOTAutograd writes the gradient of ``cat((a, b), d)``
+    taken apart again (RoPE's rotate_half) as two zero-filled tensors, each
+    with one half scattered in, added: ``add(slice_scatter(full(0), ga, d, 0,
+    h), slice_scatter(full(0), gb, d, h, n))``, four kernels and three
+    full-size buffers. It becomes ``cat((ga, gb), d)``, the values eager
+    mode's cat backward gives (adding the zeros also turned a -0.0 into
+    +0.0; the cat keeps it, as eager does)."""
 from __future__ import annotations
 
 import operator
@@ -200,9 +208,81 @@ def fill_operands_to_scalars(gm: fx.GraphModule) -> int:
     return rewritten
 
 
+def _zero_fill(node: Any) -> bool:
+    """A ``full(size, 0)`` node (any dtype, strided layout)."""
+    if not isinstance(node, fx.Node) or node.op != "call_function" or node.target is not aten.full.default:
+        return False
+    value = node.args[1] if len(node.args) > 1 else None
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
+            and node.kwargs.get("layout", torch.strided) == torch.strided)
+
+
+def _scattered_range(node: Any, out: torch.Tensor) -> Optional[Tuple[int, int, int, fx.Node]]:
+    """(dim, start, end, source) of ``slice_scatter(full(0), source, dim,
+    start, end)`` with step 1 over a tensor shaped like `out`, bounds clamped."""
+    if not isinstance(node, fx.Node) or node.op != "call_function" or node.target is not aten.slice_scatter.default:
+        return None
+    names = ("input", "src", "dim", "start", "end", "step")
+    args = dict(zip(names, node.args), **node.kwargs)
+    base, source = args.get("input"), args.get("src")
+    if not _zero_fill(base) or not isinstance(source, fx.Node) or args.get("step", 1) != 1:
+        return None
+    base_val, source_val = _val(base), _val(source)
+    if base_val is None or source_val is None or base_val.dtype != out.dtype or source_val.dtype != out.dtype:
+        return None
+    if tuple(base_val.shape) != tuple(out.shape) or out.dim() == 0:
+        return None
+    dim = args.get("dim", 0)
+    dim = dim + out.dim() if dim < 0 else dim
+    size = out.shape[dim]
+    start = args.get("start") or 0
+    end = args.get("end")
+    end = size if end is None or end > size else end
+    if not isinstance(start, int) or not isinstance(end, int) or start < 0 or end < start:
+        return None
+    if source_val.shape[dim] != end - start:
+        return None
+    return dim, start, end, source
+
+
+def scattered_halves_to_cat(gm: fx.GraphModule) -> int:
+    graph = gm.graph
+    rewritten = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not aten.add.Tensor or len(node.args) != 2:
+            continue
+        if node.kwargs.get("alpha", 1) != 1:
+            continue
+        out = _val(node)
+        if out is None or not out.dtype.is_floating_point:
+            continue
+        ranges = [_scattered_range(a, out) for a in node.args]
+        if any(r is None for r in ranges):
+            continue
+        first, second = sorted(ranges, key=lambda r: r[1])
+        # Same dim, the two halves tile it: [0, h) then [h, n).
+        if first[0] != second[0] or first[1] != 0 or first[2] != second[1] or second[2] != out.shape[first[0]]:
+            continue
+        with graph.inserting_before(node):
+            joined = graph.call_function(aten.cat.default, ([first[3], second[3]], first[0]))
+            joined.meta = dict(node.meta)
+        node.replace_all_uses_with(joined)
+        scatters = list(node.args)
+        graph.erase_node(node)
+        for scatter in scatters:
+            if not scatter.users:
+                fill = scatter.args[0] if scatter.args else scatter.kwargs["input"]
+                graph.erase_node(scatter)
+                if not fill.users:
+                    graph.erase_node(fill)
+        rewritten += 1
+    return rewritten
+
+
 def rewrite(gm: fx.GraphModule) -> Dict[str, int]:
     """Applies every pass; returns how many nodes each one replaced."""
-    counts = {"unroll_foreach": unroll_foreach(gm), "fill_operands_to_scalars": fill_operands_to_scalars(gm)}
+    counts = {"unroll_foreach": unroll_foreach(gm), "fill_operands_to_scalars": fill_operands_to_scalars(gm),
+              "scattered_halves_to_cat": scattered_halves_to_cat(gm)}
     if any(counts.values()):
         gm.graph.lint()
         gm.recompile()

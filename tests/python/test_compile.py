@@ -731,6 +731,22 @@ def test_compiled_rotary_backward_has_no_scattered_halves(tmp_path):
     assert len(backward) == 1 and "slice_scatter" not in backward[0] and "aten.cat" in backward[0], backward
 
 
+def test_dynamic_rotary_backward_keeps_its_scatters_and_matches_cpu():
+    """With symbolic sizes the rewrite stays away (comparing them would add
+    guards after tracing); changing sequence lengths still train like the CPU."""
+    from torch_vtpu.models.qwen3_mini import apply_rotary
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda t, c, s: apply_rotary(t, c, s).square().sum(), backend="vtpu", dynamic=True)
+    for seq in (6, 9, 12):
+        q, cos, sin = torch.randn(2, 2, seq, 8), torch.randn(seq, 8), torch.randn(seq, 8)
+        x = q.to("vtpu").requires_grad_()
+        fn(x, cos.to("vtpu"), sin.to("vtpu")).backward()
+        expected = q.clone().requires_grad_()
+        apply_rotary(expected, cos, sin).square().sum().backward()
+        torch.testing.assert_close(x.grad.cpu(), expected.grad, rtol=1e-6, atol=1e-6)
+
+
 def test_native_program_gives_the_python_programs_bits(tmp_path):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4))

@@ -230,15 +230,23 @@ def _scattered_range(node: Any, out: torch.Tensor) -> Optional[Tuple[int, int, i
     base_val, source_val = _val(base), _val(source)
     if base_val is None or source_val is None or base_val.dtype != out.dtype or source_val.dtype != out.dtype:
         return None
+    # Static sizes only: comparing symbolic ones here would add guards after
+    # tracing (dynamic graphs keep the scatters).
+    if not all(isinstance(n, int) for n in (*out.shape, *base_val.shape, *source_val.shape)):
+        return None
     if tuple(base_val.shape) != tuple(out.shape) or out.dim() == 0:
         return None
     dim = args.get("dim", 0)
+    if not isinstance(dim, int):
+        return None
     dim = dim + out.dim() if dim < 0 else dim
     size = out.shape[dim]
     start = args.get("start") or 0
     end = args.get("end")
+    if not isinstance(start, int) or not isinstance(end, (int, type(None))) or not isinstance(dim, int):
+        return None  # symbolic bounds (an fx node)
     end = size if end is None or end > size else end
-    if not isinstance(start, int) or not isinstance(end, int) or start < 0 or end < start:
+    if start < 0 or end < start:
         return None
     if source_val.shape[dim] != end - start:
         return None

@@ -243,7 +243,7 @@ def _scattered_range(node: Any, out: torch.Tensor) -> Optional[Tuple[int, int, i
     size = out.shape[dim]
     start = args.get("start") or 0
     end = args.get("end")
-    if not isinstance(start, int) or not isinstance(end, (int, type(None))) or not isinstance(dim, int):
+    if not isinstance(start, int) or not isinstance(end, (int, type(None))):
         return None  # symbolic bounds (an fx node)
     end = size if end is None or end > size else end
     if start < 0 or end < start:

@@ -7,124 +7,26 @@
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/mm.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <exception>
-#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "generated_kernels.h"
+#include "pool_blocks.h"
 
 namespace vtpu::bridge {
+using namespace pool_blocks;  // NOLINT: this file is the helpers' main user
 namespace {
-
-// MKL's per-thread thread count, C interface (mkl_service.h maps
-// mkl_set_num_threads_local to it; the lower-case symbol itself is the
-// Fortran one, which takes a pointer). Exported by torch's MKL builds; absent
-// in builds on other BLAS libraries, where GEMMs keep ATen's own threading.
-using SetLocalThreads = int (*)(int);
-SetLocalThreads mkl_set_local_threads() {
-  static const SetLocalThreads fn =
-      reinterpret_cast<SetLocalThreads>(dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local"));
-  return fn;
-}
-
-// OpenMP's per-thread team size, from torch's own libgomp.
-using OmpSetThreads = void (*)(int);
-using OmpGetThreads = int (*)();
-OmpSetThreads omp_set_threads() {
-  static const OmpSetThreads fn = reinterpret_cast<OmpSetThreads>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-  return fn;
-}
-OmpGetThreads omp_get_threads() {
-  static const OmpGetThreads fn = reinterpret_cast<OmpGetThreads>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-  return fn;
-}
 
 std::atomic<std::uint64_t> g_row_block_runs{0};
 std::atomic<std::uint64_t> g_attention_block_runs{0};
 std::atomic<std::uint64_t> g_convolution_block_runs{0};
 
-// On unless the environment variable is "0".
-bool env_flag_on(const char* name) {
-  const char* env = std::getenv(name);
-  return env == nullptr || std::string(env) != "0";
-}
-
 bool row_blocks_enabled() {
   static const bool enabled = env_flag_on("VTPU_GEMM_ROW_BLOCKS");
   return enabled;
-}
-
-// The first exception of a call's blocks: pool threads must not see one, so
-// it is kept and rethrown by the caller once every block has run.
-class FirstError {
- public:
-  template <typename Fn>
-  void run(Fn&& fn) noexcept {
-    try {
-      c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
-      fn();
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!error_) error_ = std::current_exception();
-    }
-  }
-  void rethrow() const {
-    if (error_) std::rethrow_exception(error_);
-  }
-
- private:
-  std::mutex mutex_;
-  std::exception_ptr error_;
-};
-
-// MKL runs on the calling thread only, for the lifetime of the guard.
-class SingleThreadedMkl {
- public:
-  SingleThreadedMkl() : previous_(mkl_set_local_threads()(1)) {}
-  ~SingleThreadedMkl() { mkl_set_local_threads()(previous_); }
-  SingleThreadedMkl(const SingleThreadedMkl&) = delete;
-  SingleThreadedMkl& operator=(const SingleThreadedMkl&) = delete;
-
- private:
-  int previous_;
-};
-
-// ATen's parallel_for and MKL run on the calling thread only, for the
-// lifetime of the guard (both are per-thread settings).
-class SingleThreadedAten {
- public:
-  static bool available() {
-    return mkl_set_local_threads() != nullptr && omp_set_threads() != nullptr && omp_get_threads() != nullptr;
-  }
-  SingleThreadedAten() {
-    at::get_num_threads();  // ATen's per-thread lazy set-up first: it would reset the team size later
-    previous_omp_ = omp_get_threads()();
-    omp_set_threads()(1);
-  }
-  ~SingleThreadedAten() { omp_set_threads()(previous_omp_); }
-  SingleThreadedAten(const SingleThreadedAten&) = delete;
-  SingleThreadedAten& operator=(const SingleThreadedAten&) = delete;
-
- private:
-  SingleThreadedMkl mkl_;
-  int previous_omp_ = 1;
-};
-
-// fn(begin, count) for blocks [first, last) of `size` elements along a
-// dimension of `total` (the last block may be shorter).
-template <typename Fn>
-void for_blocks(std::int64_t first, std::int64_t last, std::int64_t size, std::int64_t total, Fn fn) {
-  for (std::int64_t block = first; block < last; ++block) {
-    const std::int64_t begin = block * size;
-    fn(begin, std::min(size, total - begin));
-  }
 }
 
 struct GemmBlocks {

@@ -1,7 +1,8 @@
 // Extern kernels of the host-kernel path split into independent blocks on
 // the work-sharing pool, each block one single-threaded ATen/MKL call:
 // matrix products (mm and addmm, out= form) by rows, CPU flash attention
-// (forward and backward) and 2-d convolution forwards by batch.
+// (forward and backward) and 2-d convolution forwards by batch, layer norm
+// (forward and backward, out= form) by rows.
 //
 // Why: MKL and ATen thread their kernels with OpenMP, whose fork-join waits
 // for every thread of the stream thread's team to wake and finish. On this
@@ -50,5 +51,15 @@ bool run_convolution_in_batch_blocks(const std::string& name, torch::jit::Stack&
 
 // Convolutions run in batch blocks so far.
 std::uint64_t convolution_batch_block_runs();
+
+// Runs the out= call `out_stack` of "aten::native_layer_norm.out" or
+// "aten::native_layer_norm_backward.out" (float32, contiguous; the backward
+// of an affine layer norm with all three gradients) as row blocks on the
+// pool (norm_blocks.cpp), and leaves its three outputs on the stack.
+// Returns false, having done nothing, otherwise: the caller runs ATen's.
+bool run_layer_norm_in_row_blocks(const std::string& name, torch::jit::Stack& out_stack);
+
+// Layer norms (forward or backward) run in row blocks so far.
+std::uint64_t layer_norm_row_block_runs();
 
 }  // namespace vtpu::bridge

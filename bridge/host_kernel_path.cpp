@@ -502,7 +502,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         for (std::size_t position : written_positions) written_before.push_back(host[position].toTensor().clone());
         bool kept_geometry = true;
         try {
-          if (!run_gemm_in_row_blocks(out_name, out_host) && !run_convolution_in_batch_blocks(out_name, out_host, {}))
+          if (!run_gemm_in_row_blocks(out_name, out_host) && !run_convolution_in_batch_blocks(out_name, out_host, {}) &&
+              !run_layer_norm_in_row_blocks(out_name, out_host))
             out_op->callBoxed(out_host);
         } catch (const c10::Error& error) {
           if (!is_resize_refusal(error)) throw;

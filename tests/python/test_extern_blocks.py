@@ -19,6 +19,17 @@ def _runs():
     return torch_vtpu._C._gemm_row_block_runs()
 
 
+def _in_every_mode(fn, runs, calls, label=""):
+    """fn() in strict, fused and debug mode, each routing `calls` calls (counted by runs())."""
+    got = {}
+    for mode in ("strict", "fused", "debug"):
+        with torch_vtpu.mode(mode):
+            before = runs()
+            got[mode] = fn()
+            assert runs() == before + calls, (label, mode)
+    return got
+
+
 def _layouts(m, k, n, g):
     a = torch.randn(m, k, generator=g)
     b = torch.randn(k, n, generator=g)
@@ -52,12 +63,7 @@ def test_mm_and_addmm_in_row_blocks_match_the_cpu_and_every_mode_bitwise(shape):
     g = torch.Generator().manual_seed(m * 7 + n)
     for name, a, b, bias, beta, alpha in _products(m, k, n, g):
         want = _run(a, b, bias, beta, alpha, "cpu")
-        got = {}
-        for mode in ("strict", "fused", "debug"):
-            with torch_vtpu.mode(mode):
-                before = _runs()
-                got[mode] = _run(a, b, bias, beta, alpha, "vtpu")
-                assert _runs() == before + 1, (name, mode)
+        got = _in_every_mode(lambda: _run(a, b, bias, beta, alpha, "vtpu"), _runs, 1, name)
         torch.testing.assert_close(got["strict"], want, rtol=1e-5, atol=1e-5 * k ** 0.5, msg=name)
         again = _run(a, b, bias, beta, alpha, "vtpu")
         for mode, result in got.items():
@@ -185,12 +191,7 @@ def test_convolution_in_batch_blocks_matches_the_cpu_and_every_mode_bitwise(case
     w = torch.randn(cout, cin // kwargs.get("groups", 1), 3, 3, generator=g)
     b = torch.randn(cout, generator=g)
     want = F.conv2d(x, w, b, **kwargs)
-    got = {}
-    for mode in ("strict", "fused", "debug"):
-        with torch_vtpu.mode(mode):
-            before = _convolution_runs()
-            got[mode] = F.conv2d(x.to("vtpu"), w.to("vtpu"), b.to("vtpu"), **kwargs)
-            assert _convolution_runs() == before + 1, mode
+    got = _in_every_mode(lambda: F.conv2d(x.to("vtpu"), w.to("vtpu"), b.to("vtpu"), **kwargs), _convolution_runs, 1)
     assert got["strict"].stride() == want.stride()  # the CPU's layout (channels-last stays so)
     torch.testing.assert_close(got["strict"].cpu(), want, rtol=1e-5, atol=1e-4)
     for mode, result in got.items():
@@ -208,3 +209,81 @@ def test_convolution_of_one_batch_element_or_float64_stays_on_atens_kernel():
     x64, w64 = x.double().repeat(2, 1, 1, 1), w.double()
     assert torch.equal(F.conv2d(x64.to("vtpu"), w64.to("vtpu")).cpu(), F.conv2d(x64, w64))
     assert _convolution_runs() == before
+
+
+def _layer_norm_runs():
+    torch.vtpu.synchronize()
+    return torch_vtpu._C._layer_norm_row_block_runs()
+
+
+LAYER_NORM_CASES = {
+    # name: (input shape, normalized_shape)
+    "mlp rows": ((256, 1024), (1024,)),
+    "batch x sequence x hidden": ((4, 64, 256), (256,)),
+    "two normalised dims": ((64, 8, 128), (8, 128)),
+    "rows not a multiple of the block": ((1001, 48), (48,)),
+}
+
+
+def _layer_norm_step(x, weight, bias, grad, normalized_shape, device):
+    import torch.nn.functional as F
+    x = x.detach().to(device).requires_grad_()
+    w = weight.detach().to(device).requires_grad_()
+    b = bias.detach().to(device).requires_grad_()
+    y = F.layer_norm(x, normalized_shape, w, b, eps=1e-5)
+    y.backward(grad.to(device))
+    return [t.detach().cpu() for t in (y, x.grad, w.grad, b.grad)]
+
+
+@pytest.mark.parametrize("case", list(LAYER_NORM_CASES))
+def test_layer_norm_in_row_blocks_gives_the_cpus_rows_and_every_mode_the_same_bits(case):
+    # Each row is normalised on its own, so the forward and the input gradient
+    # are the CPU's bits; the weight and bias gradients sum the blocks' partial
+    # sums in block order (the CPU's own sums follow its thread count).
+    shape, normalized_shape = LAYER_NORM_CASES[case]
+    g = torch.Generator().manual_seed(len(shape) * 100 + shape[-1])
+    x = torch.randn(*shape, generator=g) * 3 + 1
+    weight = torch.randn(*normalized_shape, generator=g)
+    bias = torch.randn(*normalized_shape, generator=g)
+    grad = torch.randn(*shape, generator=g)
+    want = _layer_norm_step(x, weight, bias, grad, normalized_shape, "cpu")
+    got = _in_every_mode(lambda: _layer_norm_step(x, weight, bias, grad, normalized_shape, "vtpu"),
+                         _layer_norm_runs, 2)  # forward and backward
+    y, dx, dw, db = got["strict"]
+    assert torch.equal(y, want[0]) and torch.equal(dx, want[1])
+    torch.testing.assert_close(dw, want[2], rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(db, want[3], rtol=1e-5, atol=1e-4)
+    for mode, results in got.items():
+        for name, a, b in zip(("y", "dx", "dw", "db"), results, got["strict"]):
+            assert torch.equal(a, b), (mode, name)
+    with torch_vtpu.mode("strict"):
+        again = _layer_norm_step(x, weight, bias, grad, normalized_shape, "vtpu")
+    assert all(torch.equal(a, b) for a, b in zip(again, got["strict"]))
+
+
+def test_small_bf16_or_weightless_layer_norm_stays_on_atens_kernel():
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(3)
+    before = _layer_norm_runs()
+    small = torch.randn(8, 64, generator=g)  # one block's worth
+    assert torch.equal(F.layer_norm(small.to("vtpu"), (64,)).cpu(), F.layer_norm(small, (64,)))
+    half = torch.randn(256, 1024, generator=g).bfloat16()
+    w = torch.randn(1024, generator=g).bfloat16()
+    assert torch.equal(F.layer_norm(half.to("vtpu"), (1024,), w.to("vtpu")).cpu(), F.layer_norm(half, (1024,), w))
+    # Without a weight and bias the backward asks for the input gradient only.
+    x = torch.randn(256, 1024, generator=g)
+    xv = x.to("vtpu").requires_grad_()
+    F.layer_norm(xv, (1024,)).sum().backward()
+    xc = x.clone().requires_grad_()
+    F.layer_norm(xc, (1024,)).sum().backward()
+    torch.testing.assert_close(xv.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5)
+    assert _layer_norm_runs() == before + 1  # that forward only
+
+
+def test_layer_norm_row_blocks_raise_atens_errors():
+    import torch.nn.functional as F
+    x = torch.randn(64, 1024).to("vtpu")
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        F.layer_norm(x, (512,))
+    with pytest.raises(RuntimeError, match="weight"):
+        F.layer_norm(x, (1024,), torch.ones(512).to("vtpu"))

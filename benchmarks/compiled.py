@@ -267,9 +267,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     repeats = 1 if args.quick else args.repeats
     steps = 1 if args.quick else args.steps
     warmup = min(args.warmup, 2) if args.quick else max(args.warmup, 3)
-    names = list(fe.MODEL_WORKLOADS) + ["adamw_100"]
-    if args.only:
-        names = [n for n in names if n in args.only]
+    names = fe.select_workloads(parser, args.only, list(fe.MODEL_WORKLOADS) + ["adamw_100"], "first_step")
     kind = "quick sizes (smoke test: times mean nothing)" if args.quick else "default sizes"
     print(f"compiled-mode benchmark: {kind}, median of {repeats} interleaved repeats x {steps} steps per "
           f"mode, torch {torch.__version__}, {torch.get_num_threads()} CPU threads, vtpu options "

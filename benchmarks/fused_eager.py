@@ -575,6 +575,18 @@ def add_common_arguments(parser: argparse.ArgumentParser, repeats: int, extra_se
     parser.add_argument("--json", metavar="PATH", help="also write all results to PATH")
 
 
+def select_workloads(parser: argparse.ArgumentParser, only: Optional[List[str]], names: List[str],
+                     extra_section: str) -> List[str]:
+    """The workloads --only names (all without it); an unknown name is a usage error."""
+    if not only:
+        return names
+    unknown = sorted(set(only) - set(names) - {extra_section})
+    if unknown:
+        parser.error(f"--only: unknown workload(s) {', '.join(unknown)}; choose from "
+                     f"{', '.join(names + [extra_section])}")
+    return [n for n in names if n in only]
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser, repeats=7, extra_section="decode")
@@ -588,9 +600,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     repeats = 1 if args.quick else args.repeats
     steps = 1 if args.quick else args.steps
     warmup = min(args.warmup, 3) if args.quick else max(args.warmup, 3)
-    names = list(MODEL_WORKLOADS) + ["adamw_100"]
-    if args.only:
-        names = [n for n in names if n in args.only]
+    names = select_workloads(parser, args.only, list(MODEL_WORKLOADS) + ["adamw_100"], "decode")
 
     kind = "quick sizes (smoke test: times mean nothing)" if args.quick else "default sizes"
     print(f"fused-eager benchmark: {kind}, median of "

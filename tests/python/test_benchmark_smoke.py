@@ -53,3 +53,12 @@ def test_compiled_benchmark_quick_run():
     # values: workload, 4 times, 3 ratios, kern/step, peak MB, cmp, parity, shares
     assert row[10] == "0", out.stdout[-2000:]
     assert float(row[11]) < 1e-5, out.stdout[-2000:]
+
+
+def test_an_unknown_only_name_is_a_usage_error_not_an_empty_run():
+    # `--only mlp` once printed an empty table and exited 0.
+    for script, extra in (("fused_eager.py", "decode"), ("compiled.py", "first_step")):
+        out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--only", "mlp", extra],
+                             env=dict(os.environ), capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2, (script, out.stdout[-1000:])
+        assert "unknown workload(s) mlp" in out.stderr and "mlp_gelu_ln" in out.stderr, out.stderr[-1000:]

@@ -6,9 +6,11 @@
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/mm.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <optional>
 #include <vector>
@@ -270,5 +272,128 @@ bool run_convolution_in_batch_blocks(const std::string& name, torch::jit::Stack&
 }
 
 std::uint64_t convolution_batch_block_runs() { return g_convolution_block_runs.load(std::memory_order_relaxed); }
+
+namespace {
+
+std::atomic<std::uint64_t> g_convolution_backward_block_runs{0};
+
+bool convolution_backward_blocks_enabled() {
+  static const bool enabled = env_flag_on("VTPU_CONV_BACKWARD_BATCH_BLOCKS");
+  return enabled;
+}
+
+struct ConvolutionBackwardBlocks {
+  at::Tensor grad_output, input, weight;
+  at::OptionalIntArrayRef bias_sizes;
+  std::vector<std::int64_t> bias_sizes_storage;
+  std::vector<std::int64_t> stride, padding, dilation, output_padding;
+  std::int64_t groups = 1;
+  std::array<bool, 3> mask{};
+  at::Tensor grad_input;                              // defined when mask[0]
+  std::vector<at::Tensor> weight_grads, bias_grads;   // one partial sum per block
+  std::int64_t block = 1;
+  FirstError error;
+};
+
+// Blocks [first, last) of `block` batch elements: the input gradient of a
+// batch element reads only that element's output gradient; the weight and
+// bias gradients are sums over the batch, kept per block and added later.
+void run_convolution_backward_blocks(std::int64_t first, std::int64_t last, void* raw) {
+  auto& job = *static_cast<ConvolutionBackwardBlocks*>(raw);
+  job.error.run([&] {
+    SingleThreadedAten single;
+    for_blocks(first, last, job.block, job.input.size(0), [&](std::int64_t begin, std::int64_t count) {
+      auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
+          job.grad_output.narrow(0, begin, count), job.input.narrow(0, begin, count), job.weight, job.bias_sizes,
+          job.stride, job.padding, job.dilation, false, job.output_padding, job.groups, job.mask);
+      if (job.mask[0]) job.grad_input.narrow(0, begin, count).copy_(grad_input);
+      const auto index = static_cast<std::size_t>(begin / job.block);
+      job.weight_grads[index] = grad_weight;
+      job.bias_grads[index] = grad_bias;
+    });
+  });
+}
+
+}  // namespace
+
+bool run_convolution_backward_in_batch_blocks(const std::string& name, torch::jit::Stack& s,
+                                              const std::vector<at::Tensor>& results) {
+  // convolution_backward.out(grad_output, input, weight, bias_sizes?, stride, padding,
+  //                          dilation, transposed, output_padding, groups, output_mask,
+  //                          out0, out1, out2); the functional form has no outs on the
+  // stack and gets them as `results` (undefined where the mask is false).
+  if (!convolution_backward_blocks_enabled() || !SingleThreadedAten::available()) return false;
+  const bool functional = name == "aten::convolution_backward" && s.size() == 11 && results.size() == 3;
+  if (!functional && !(name == "aten::convolution_backward.out" && s.size() == 14)) return false;
+  const std::size_t arguments = s.size();
+  if (functional) s.insert(s.end(), results.begin(), results.end());
+  // Leaves the stack as it came when the blocks do not apply.
+  bool ran = false;
+  struct Restore {
+    torch::jit::Stack& stack;
+    std::size_t size;
+    const bool& ran;
+    ~Restore() {
+      if (!ran) stack.resize(size);
+    }
+  } restore{s, arguments, ran};
+  for (std::size_t i : {0, 1, 2})
+    if (!s[i].isTensor()) return false;
+  for (std::size_t i : {11, 12, 13})
+    if (!s[i].isTensor() && !s[i].isNone()) return false;  // an undefined output may come as None
+  if (!s[10].isBoolList() || s[7].toBool()) return false;  // transposed convolutions stay on ATen's kernel
+  ConvolutionBackwardBlocks job;
+  const auto mask = s[10].toBoolList().vec();
+  if (mask.size() != 3 || !mask[1]) return false;  // without a weight gradient there is nothing to sum
+  job.mask = {mask[0], mask[1], mask[2]};
+  job.grad_output = s[0].toTensor();
+  job.input = s[1].toTensor();
+  job.weight = s[2].toTensor();
+  if (s[3].isIntList()) {
+    job.bias_sizes_storage = s[3].toIntVector();
+    job.bias_sizes = job.bias_sizes_storage;
+  } else if (!s[3].isNone()) {
+    return false;
+  }
+  job.stride = s[4].toIntVector();
+  job.padding = s[5].toIntVector();
+  job.dilation = s[6].toIntVector();
+  job.output_padding = s[8].toIntVector();
+  job.groups = s[9].toInt();
+  const std::int64_t batch = job.input.dim() == 4 ? job.input.size(0) : 0;
+  if (batch < 2 || job.weight.dim() != 4 || job.grad_output.dim() != 4 || job.grad_output.size(0) != batch)
+    return false;
+  for (const at::Tensor* t : {&job.grad_output, &job.input, &job.weight})
+    if (t->scalar_type() != at::kFloat) return false;
+  const auto tensor_or_undefined = [](const c10::IValue& v) { return v.isTensor() ? v.toTensor() : at::Tensor(); };
+  at::Tensor grad_input = tensor_or_undefined(s[11]), grad_weight = tensor_or_undefined(s[12]),
+             grad_bias = tensor_or_undefined(s[13]);
+  if (job.mask[0] && (!grad_input.defined() || grad_input.sizes() != job.input.sizes())) return false;
+  if (!grad_weight.defined() || grad_weight.sizes() != job.weight.sizes()) return false;
+  if (job.mask[2] && !grad_bias.defined()) return false;
+  job.grad_input = grad_input;
+  // At most 8 blocks (the forward's), boundaries from the batch size only.
+  constexpr std::int64_t kMaxBlocks = 8;
+  job.block = (batch + kMaxBlocks - 1) / kMaxBlocks;
+  const std::int64_t blocks = (batch + job.block - 1) / job.block;
+  job.weight_grads.resize(static_cast<std::size_t>(blocks));
+  job.bias_grads.resize(static_cast<std::size_t>(blocks));
+  parallel_over(blocks, 1, &run_convolution_backward_blocks, &job);
+  job.error.rethrow();
+  sum_in_order(grad_weight, job.weight_grads);
+  if (job.mask[2]) sum_in_order(grad_bias, job.bias_grads);
+  const c10::IValue out0 = s[11], out1 = s[12], out2 = s[13];
+  s.clear();
+  s.push_back(out0);
+  s.push_back(out1);
+  s.push_back(out2);
+  ran = true;
+  g_convolution_backward_block_runs.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+std::uint64_t convolution_backward_batch_block_runs() {
+  return g_convolution_backward_block_runs.load(std::memory_order_relaxed);
+}
 
 }  // namespace vtpu::bridge

@@ -1,7 +1,7 @@
 // Extern kernels of the host-kernel path split into independent blocks on
 // the work-sharing pool, each block one single-threaded ATen/MKL call:
 // matrix products (mm and addmm, out= form) by rows, CPU flash attention
-// (forward and backward) and 2-d convolution forwards by batch, layer norm
+// (forward and backward) and 2-d convolutions (forward and backward) by batch, layer norm
 // (forward and backward, out= form) by rows.
 //
 // Why: MKL and ATen thread their kernels with OpenMP, whose fork-join waits
@@ -51,6 +51,19 @@ bool run_convolution_in_batch_blocks(const std::string& name, torch::jit::Stack&
 
 // Convolutions run in batch blocks so far.
 std::uint64_t convolution_batch_block_runs();
+
+// Runs "aten::convolution_backward.out" (the out= stack `args`) or
+// "aten::convolution_backward" (its arguments, with the op's fresh outputs
+// in return order as `results`, undefined where the output mask is false) of
+// a float32 2-d, non-transposed convolution with a weight gradient asked for,
+// in blocks of batch elements: input gradients per block, weight and bias
+// gradients as per-block partial sums added in block order. Leaves the three
+// outputs on the stack; returns false, having done nothing, otherwise.
+bool run_convolution_backward_in_batch_blocks(const std::string& name, torch::jit::Stack& args,
+                                              const std::vector<at::Tensor>& results = {});
+
+// Convolution backwards run in batch blocks so far.
+std::uint64_t convolution_backward_batch_block_runs();
 
 // Runs the out= call `out_stack` of "aten::native_layer_norm.out" or
 // "aten::native_layer_norm_backward.out" (float32, contiguous; the backward

@@ -323,6 +323,15 @@ void run_synchronously(const c10::OperatorHandle& op, Stack* stack, const char* 
   for (const c10::IValue& ret : host) stack->push_back(map_tensors(ret, to_device));
 }
 
+// The fresh outputs by return position (undefined where the op returns no
+// fresh tensor), for the pool blocks that take an op's outputs that way.
+std::vector<at::Tensor> results_by_return(const std::vector<at::Tensor>& fresh, const std::vector<int>& slots) {
+  std::vector<at::Tensor> out;
+  out.reserve(slots.size());
+  for (const int slot : slots) out.push_back(slot >= 0 ? fresh[static_cast<std::size_t>(slot)] : at::Tensor());
+  return out;
+}
+
 // ATen routes convolutions on backends other than CPU/CUDA to the
 // *_overrideable ops; on the host target they are ATen's own convolution
 // (meta and CPU kernels included) with the same arguments. The backward
@@ -503,6 +512,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         bool kept_geometry = true;
         try {
           if (!run_gemm_in_row_blocks(out_name, out_host) && !run_convolution_in_batch_blocks(out_name, out_host, {}) &&
+              !run_convolution_backward_in_batch_blocks(out_name, out_host) &&
               !run_layer_norm_in_row_blocks(out_name, out_host))
             out_op->callBoxed(out_host);
         } catch (const c10::Error& error) {
@@ -528,7 +538,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         host.clear();
         host.push_back(out);
       } else if (!(fresh_in_return_order && (run_attention_in_batch_blocks(name, host, fresh_host) ||
-                                             run_convolution_in_batch_blocks(name, host, fresh_host)))) {
+                                             run_convolution_in_batch_blocks(name, host, fresh_host))) &&
+                 !run_convolution_backward_in_batch_blocks(name, host, results_by_return(fresh_host, fresh_slots))) {
         op.callBoxed(host);
       }
       // Fresh results were computed into CPU temporaries: copy them over.

@@ -155,13 +155,8 @@ bool run_layer_norm_in_row_blocks(const std::string& name, torch::jit::Stack& s)
   job.error.rethrow();
   if (job.backward) {
     // The partial sums in block order: the same bits on every run.
-    at::Tensor weight_grad = s[9].toTensor(), bias_grad = s[10].toTensor();
-    weight_grad.copy_(job.weight_grads[0].view_as(weight_grad));
-    bias_grad.copy_(job.bias_grads[0].view_as(bias_grad));
-    for (std::size_t b = 1; b < job.weight_grads.size(); ++b) {
-      weight_grad.add_(job.weight_grads[b].view_as(weight_grad));
-      bias_grad.add_(job.bias_grads[b].view_as(bias_grad));
-    }
+    pool_blocks::sum_in_order(s[9].toTensor(), job.weight_grads);
+    pool_blocks::sum_in_order(s[10].toTensor(), job.bias_grads);
   }
   const c10::IValue out0 = s[at_out], out1 = s[at_out + 1], out2 = s[at_out + 2];
   s.clear();

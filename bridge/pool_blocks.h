@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <dlfcn.h>
 
@@ -13,6 +14,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace vtpu::bridge::pool_blocks {
 
@@ -109,6 +111,13 @@ inline void for_blocks(std::int64_t first, std::int64_t last, std::int64_t size,
     const std::int64_t begin = block * size;
     fn(begin, std::min(size, total - begin));
   }
+}
+
+// out = parts[0] + parts[1] + ... in block order: blocks' partial sums (a
+// weight gradient summed over a batch) added the same way on every run.
+inline void sum_in_order(at::Tensor out, const std::vector<at::Tensor>& parts) {
+  out.copy_(parts[0].view_as(out));
+  for (std::size_t i = 1; i < parts.size(); ++i) out.add_(parts[i].view_as(out));
 }
 
 }  // namespace vtpu::bridge::pool_blocks

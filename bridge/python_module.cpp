@@ -154,6 +154,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_gemm_row_block_runs", [] { return gemm_row_block_runs(); });
   m.def("_attention_batch_block_runs", [] { return attention_batch_block_runs(); });
   m.def("_convolution_batch_block_runs", [] { return convolution_batch_block_runs(); });
+  m.def("_convolution_backward_batch_block_runs", [] { return convolution_backward_batch_block_runs(); });
   m.def("_layer_norm_row_block_runs", [] { return layer_norm_row_block_runs(); });
   m.def("_wait_for_fusion_compiles", [] {
     py::gil_scoped_release no_gil;

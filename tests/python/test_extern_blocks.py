@@ -287,3 +287,67 @@ def test_layer_norm_row_blocks_raise_atens_errors():
         F.layer_norm(x, (512,))
     with pytest.raises(RuntimeError, match="weight"):
         F.layer_norm(x, (1024,), torch.ones(512).to("vtpu"))
+
+
+def _convolution_backward_runs():
+    torch.vtpu.synchronize()
+    return torch_vtpu._C._convolution_backward_batch_block_runs()
+
+
+def _convolution_grads(x, w, b, go, kwargs, device):
+    import torch.nn.functional as F
+    xx = x.detach().to(device).requires_grad_()
+    ww = w.detach().to(device).requires_grad_()
+    bb = None if b is None else b.detach().to(device).requires_grad_()
+    F.conv2d(xx, ww, bb, **kwargs).backward(go.to(device))
+    return [t.grad.cpu() for t in (xx, ww, bb) if t is not None]
+
+
+@needs_mkl
+@pytest.mark.parametrize("case", list(CONV_CASES) + ["no bias"])
+def test_convolution_backward_in_batch_blocks_matches_the_cpu_and_every_mode_bitwise(case):
+    # Input gradients per batch block; weight and bias gradients are the
+    # blocks' partial sums added in block order: the CPU's values to rounding,
+    # the same bits in every mode and run.
+    n, cin, cout, size, kwargs, channels_last = CONV_CASES["cnn middle layer" if case == "no bias" else case]
+    g = torch.Generator().manual_seed(n * 3 + cout)
+    x = torch.randn(n, cin, size, size, generator=g)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(cout, cin // kwargs.get("groups", 1), 3, 3, generator=g)
+    b = None if case == "no bias" else torch.randn(cout, generator=g)
+    import torch.nn.functional as F
+    go = torch.randn_like(F.conv2d(x, w, b, **kwargs))
+    want = _convolution_grads(x, w, b, go, kwargs, "cpu")
+    got = _in_every_mode(lambda: _convolution_grads(x, w, b, go, kwargs, "vtpu"), _convolution_backward_runs, 1)
+    for name, a, c in zip(("input", "weight", "bias"), got["strict"], want):
+        scale = c.abs().max().item()
+        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5 * scale, msg=name)
+    for mode, grads in got.items():
+        assert all(torch.equal(a, c) for a, c in zip(grads, got["strict"])), mode
+    again = _convolution_grads(x, w, b, go, kwargs, "vtpu")
+    assert all(torch.equal(a, c) for a, c in zip(again, got["strict"]))
+
+
+def test_convolution_backward_without_an_input_gradient_runs_in_blocks_and_transposed_stays_on_aten():
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(11)
+    x, w = torch.randn(8, 3, 16, 16, generator=g), torch.randn(16, 3, 3, 3, generator=g)
+    results = []
+    for device in ("cpu", "vtpu"):  # a first layer: the input needs no gradient
+        before = _convolution_backward_runs()
+        ww = w.detach().to(device).requires_grad_()
+        F.conv2d(x.to(device), ww, padding=1).square().sum().backward()
+        results.append(ww.grad.cpu())
+    assert _convolution_backward_runs() == before + 1
+    torch.testing.assert_close(results[1], results[0], rtol=1e-5, atol=1e-5 * results[0].abs().max().item())
+    wt = torch.randn(3, 8, 3, 3, generator=g)
+    transposed = []
+    before = _convolution_backward_runs()
+    for device in ("cpu", "vtpu"):
+        xx = x.detach().to(device).requires_grad_()
+        ww = wt.detach().to(device).requires_grad_()
+        F.conv_transpose2d(xx, ww).sum().backward()
+        transposed.append((xx.grad.cpu(), ww.grad.cpu()))
+    torch.testing.assert_close(transposed[1], transposed[0], rtol=1e-5, atol=1e-3)
+    assert _convolution_backward_runs() == before

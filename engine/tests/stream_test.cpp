@@ -131,6 +131,57 @@ TEST(StreamTest, WaitForReturnsOnceThatTaskRanWithoutRaising) {
   EXPECT_NO_THROW(stream.synchronize());
 }
 
+TEST(StreamTest, AWaiterIsWokenOnceItsTaskRanNotAfterEveryTask) {
+  // A synchronize waits through many tasks; waking it after each one took a
+  // core from the worker once per task.
+  Stream stream;
+  Gate gate;
+  stream.enqueue(gate.task());
+  constexpr int kTasks = 500;
+  std::uint64_t last = 0;
+  for (int i = 0; i < kTasks; ++i) last = stream.enqueue([] {});
+  std::thread waiter([&] { stream.wait_for(last); });
+  std::this_thread::sleep_for(20ms);  // let it block behind the gate
+  const std::uint64_t before = stream.waiter_wakeups();
+  gate.open();
+  waiter.join();
+  EXPECT_EQ(stream.completed(), last);
+  EXPECT_LE(stream.waiter_wakeups() - before, 2u);  // its own task's, and at most one stray
+}
+
+TEST(StreamTest, WaitersForDifferentTasksEachReturnWhenTheirsRan) {
+  // The worker wakes everyone at the earliest target; a waiter short of its
+  // own target must register it again before sleeping, or it would sleep on.
+  Stream stream;
+  Gate first_gate, second_gate;
+  const std::uint64_t first = stream.enqueue(first_gate.task());
+  const std::uint64_t second = stream.enqueue(second_gate.task());
+  const std::uint64_t third = stream.enqueue([] {});
+  std::promise<void> early_done, late_done;
+  std::thread early([&] {
+    stream.wait_for(first);
+    early_done.set_value();
+  });
+  std::thread late([&] {
+    stream.wait_for(third);
+    late_done.set_value();
+  });
+  std::this_thread::sleep_for(20ms);  // both blocked
+  first_gate.open();
+  EXPECT_EQ(early_done.get_future().wait_for(5s), std::future_status::ready);
+  auto late_future = late_done.get_future();
+  EXPECT_EQ(late_future.wait_for(50ms), std::future_status::timeout);  // its task has not run
+  EXPECT_LT(stream.completed(), second);
+  second_gate.open();
+  if (late_future.wait_for(5s) != std::future_status::ready) {
+    ADD_FAILURE() << "a waiter for a later task was never woken";
+    stream.wait_for(stream.enqueue([] {}));  // a fresh waiter's wake-up frees it, so the test ends
+  }
+  early.join();
+  late.join();
+  EXPECT_EQ(stream.completed(), third);
+}
+
 TEST(StreamTest, QueryIsTrueOnlyWhenIdle) {
   Stream stream;
   EXPECT_TRUE(stream.query());

@@ -75,14 +75,20 @@ void Stream::worker_loop(std::function<void()> on_worker_start) {
       // Destroy the task (and the buffers it holds) before announcing it done,
       // so that memory statistics read after a synchronize are exact.
       batch.pop_front();
-      completed_.fetch_add(1, std::memory_order_seq_cst);
-      // Wake waiters after every task, not once per batch: a later task of the
-      // batch may itself wait on a thread that waits for this one (events
-      // across streams). The empty critical section orders the increment
-      // against a waiter's predicate check; seq_cst on both counters makes
-      // "no waiters" safe to trust.
-      if (waiters_.load(std::memory_order_seq_cst) > 0) {
-        { std::lock_guard<std::mutex> lock(mutex_); }
+      const std::uint64_t done = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
+      // Wake waiters as soon as the earliest task one waits for has run, not
+      // once per batch: a later task of the batch may itself wait on a thread
+      // that waits for this one (events across streams). A waiter publishes
+      // its target before its last predicate check (both seq_cst), so either
+      // it sees this increment or this load sees its target. Resetting the
+      // target under the lock means a waiter that wakes short of its own
+      // target publishes it again before sleeping.
+      if (waiters_.load(std::memory_order_seq_cst) > 0 && done >= wake_at_.load(std::memory_order_seq_cst)) {
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          wake_at_.store(UINT64_MAX, std::memory_order_seq_cst);
+        }
+        waiter_wakeups_.fetch_add(1, std::memory_order_relaxed);
         work_done_.notify_all();
       }
     }
@@ -93,7 +99,14 @@ void Stream::wait_for(std::uint64_t sequence) const {
   if (completed_.load(std::memory_order_acquire) >= sequence) return;
   std::unique_lock<std::mutex> lock(mutex_);
   waiters_.fetch_add(1, std::memory_order_seq_cst);
-  work_done_.wait(lock, [&] { return completed_.load(std::memory_order_seq_cst) >= sequence; });
+  while (completed_.load(std::memory_order_seq_cst) < sequence) {
+    std::uint64_t earliest = wake_at_.load(std::memory_order_seq_cst);
+    while (sequence < earliest &&
+           !wake_at_.compare_exchange_weak(earliest, sequence, std::memory_order_seq_cst)) {
+    }
+    if (completed_.load(std::memory_order_seq_cst) >= sequence) break;
+    work_done_.wait(lock);
+  }
   waiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
 

@@ -5,6 +5,7 @@
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward.h>
 #include <ATen/ops/addmm.h>
+#include <ATen/ops/bmm.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/mm.h>
@@ -114,6 +115,68 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
 }
 
 std::uint64_t gemm_row_block_runs() { return g_row_block_runs.load(std::memory_order_relaxed); }
+
+namespace {
+
+std::atomic<std::uint64_t> g_bmm_block_runs{0};
+
+bool bmm_blocks_enabled() {
+  static const bool enabled = env_flag_on("VTPU_BMM_BATCH_BLOCKS");
+  return enabled;
+}
+
+struct BmmBlocks {
+  at::Tensor out, left, right;
+  std::int64_t block = 1;  // batch elements per block
+  FirstError error;
+};
+
+// Blocks [first, last) of `block` products: each product of a batched
+// matrix product reads only its own pair of matrices.
+void run_bmm_blocks(std::int64_t first, std::int64_t last, void* raw) {
+  auto& job = *static_cast<BmmBlocks*>(raw);
+  job.error.run([&] {
+    SingleThreadedAten single;
+    for_blocks(first, last, job.block, job.out.size(0), [&](std::int64_t begin, std::int64_t count) {
+      at::Tensor out = job.out.narrow(0, begin, count);
+      at::bmm_out(out, job.left.narrow(0, begin, count), job.right.narrow(0, begin, count));
+    });
+  });
+}
+
+}  // namespace
+
+bool run_bmm_in_batch_blocks(const std::string& name, torch::jit::Stack& s) {
+  if (!bmm_blocks_enabled() || !SingleThreadedAten::available()) return false;
+  if (name != "aten::bmm.out" || s.size() != 3 || !s[0].isTensor() || !s[1].isTensor() || !s[2].isTensor())
+    return false;
+  BmmBlocks job;
+  job.left = s[0].toTensor();
+  job.right = s[1].toTensor();
+  job.out = s[2].toTensor();
+  for (const at::Tensor* t : {&job.left, &job.right, &job.out})
+    if (t->scalar_type() != at::kFloat || t->dim() != 3) return false;
+  const std::int64_t batch = job.out.size(0);
+  // The out= buffer the dispatch allocated (contiguous, the product's shape),
+  // and enough work to share: at least ~1M multiply-adds.
+  if (!job.out.is_contiguous() || batch < 2 || job.left.size(0) != batch || job.right.size(0) != batch ||
+      job.left.size(2) != job.right.size(1) || job.out.size(1) != job.left.size(1) ||
+      job.out.size(2) != job.right.size(2))
+    return false;
+  if (batch * job.left.size(1) * job.left.size(2) * job.right.size(2) < (std::int64_t{1} << 20)) return false;
+  // At most 8 blocks, boundaries from the batch size only.
+  constexpr std::int64_t kMaxBlocks = 8;
+  job.block = (batch + kMaxBlocks - 1) / kMaxBlocks;
+  parallel_over((batch + job.block - 1) / job.block, 1, &run_bmm_blocks, &job);
+  job.error.rethrow();
+  const c10::IValue out = s[2];
+  s.clear();
+  s.push_back(out);
+  g_bmm_block_runs.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+std::uint64_t bmm_batch_block_runs() { return g_bmm_block_runs.load(std::memory_order_relaxed); }
 
 namespace {
 

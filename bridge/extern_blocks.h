@@ -1,8 +1,8 @@
 // Extern kernels of the host-kernel path split into independent blocks on
 // the work-sharing pool, each block one single-threaded ATen/MKL call:
-// matrix products (mm and addmm, out= form) by rows, CPU flash attention
-// (forward and backward) and 2-d convolutions (forward and backward) by batch, layer norm
-// (forward and backward, out= form) by rows.
+// matrix products (mm and addmm, out= form) and layer norm (forward and
+// backward, norm_blocks.cpp) by rows; batched products (bmm), CPU flash
+// attention and 2-d convolutions (each forward and backward) by batch.
 //
 // Why: MKL and ATen thread their kernels with OpenMP, whose fork-join waits
 // for every thread of the stream thread's team to wake and finish. On this
@@ -27,6 +27,15 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& out_stac
 
 // Products run in row blocks so far (one per call, inline or shared).
 std::uint64_t gemm_row_block_runs();
+
+// Runs "aten::bmm.out" (float32, at least ~1M multiply-adds) in blocks of
+// batch elements on the pool, each block one single-threaded ATen call, and
+// leaves the out tensor on the stack. Returns false, having done nothing,
+// otherwise: the caller runs ATen's kernel.
+bool run_bmm_in_batch_blocks(const std::string& name, torch::jit::Stack& out_stack);
+
+// Batched products run in batch blocks so far.
+std::uint64_t bmm_batch_block_runs();
 
 // Runs `_scaled_dot_product_flash_attention_for_cpu` or its backward (op
 // `name`, arguments `args`) one batch element per block, writing the

@@ -511,7 +511,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         for (std::size_t position : written_positions) written_before.push_back(host[position].toTensor().clone());
         bool kept_geometry = true;
         try {
-          if (!run_gemm_in_row_blocks(out_name, out_host) && !run_convolution_in_batch_blocks(out_name, out_host, {}) &&
+          if (!run_gemm_in_row_blocks(out_name, out_host) && !run_bmm_in_batch_blocks(out_name, out_host) &&
+              !run_convolution_in_batch_blocks(out_name, out_host, {}) &&
               !run_convolution_backward_in_batch_blocks(out_name, out_host) &&
               !run_layer_norm_in_row_blocks(out_name, out_host))
             out_op->callBoxed(out_host);
@@ -533,8 +534,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
       bool fresh_in_return_order = fresh_slots.size() == fresh_host.size();
       for (std::size_t i = 0; fresh_in_return_order && i < fresh_slots.size(); ++i)
         fresh_in_return_order = fresh_slots[i] == static_cast<int>(i);
-      if (run_gemm_in_row_blocks(name, host)) {
-        const c10::IValue out = host.back();  // mm.out/addmm.out return their out argument
+      if (run_gemm_in_row_blocks(name, host) || run_bmm_in_batch_blocks(name, host)) {
+        const c10::IValue out = host.back();  // mm.out/addmm.out/bmm.out return their out argument
         host.clear();
         host.push_back(out);
       } else if (!(fresh_in_return_order && (run_attention_in_batch_blocks(name, host, fresh_host) ||

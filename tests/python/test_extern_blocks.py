@@ -351,3 +351,49 @@ def test_convolution_backward_without_an_input_gradient_runs_in_blocks_and_trans
         transposed.append((xx.grad.cpu(), ww.grad.cpu()))
     torch.testing.assert_close(transposed[1], transposed[0], rtol=1e-5, atol=1e-3)
     assert _convolution_backward_runs() == before
+
+
+def _bmm_runs():
+    torch.vtpu.synchronize()
+    return torch_vtpu._C._bmm_batch_block_runs()
+
+
+@needs_mkl
+@pytest.mark.parametrize("shape", [(512, 9, 64, 9), (512, 64, 9, 9), (3, 128, 64, 128), (13, 40, 50, 60)])
+@pytest.mark.parametrize("left_transposed", [False, True])
+def test_bmm_in_batch_blocks_matches_the_cpu_and_every_mode_bitwise(shape, left_transposed):
+    # Each product of a batch reads only its own pair of matrices; DLRM's
+    # pairwise interactions (the first two shapes) give the CPU's bits.
+    b, m, k, n = shape
+    g = torch.Generator().manual_seed(b + m + k + n)
+    left = torch.randn(b, m, k, generator=g)
+    if left_transposed:
+        left = left.transpose(1, 2).contiguous().transpose(1, 2)
+    right = torch.randn(b, k, n, generator=g)
+    want = torch.bmm(left, right)
+    got = _in_every_mode(lambda: torch.bmm(left.to("vtpu"), right.to("vtpu")).cpu(), _bmm_runs, 1, str(shape))
+    torch.testing.assert_close(got["strict"], want, rtol=1e-5, atol=1e-5 * k ** 0.5)
+    for mode, result in got.items():
+        assert torch.equal(result, got["strict"]), mode
+    if b == 512:
+        assert torch.equal(got["strict"], want)
+    # Autograd's two products of the backward run in blocks as well.
+    lv = left.to("vtpu").requires_grad_()
+    before = _bmm_runs()
+    torch.bmm(lv, right.to("vtpu")).sum().backward()
+    assert _bmm_runs() >= before + 1
+    lc = left.clone().requires_grad_()
+    torch.bmm(lc, right).sum().backward()
+    torch.testing.assert_close(lv.grad.cpu(), lc.grad, rtol=1e-5, atol=1e-5 * n ** 0.5)
+
+
+def test_small_or_float64_bmm_stays_on_atens_kernel():
+    g = torch.Generator().manual_seed(5)
+    before = _bmm_runs()
+    small = torch.randn(4, 8, 8, generator=g), torch.randn(4, 8, 8, generator=g)
+    assert torch.equal(torch.bmm(*(t.to("vtpu") for t in small)).cpu(), torch.bmm(*small))
+    wide = torch.randn(512, 9, 64, generator=g).double(), torch.randn(512, 64, 9, generator=g).double()
+    assert torch.equal(torch.bmm(*(t.to("vtpu") for t in wide)).cpu(), torch.bmm(*wide))
+    assert _bmm_runs() == before
+    with pytest.raises(RuntimeError):
+        torch.bmm(torch.randn(4, 8, 8).to("vtpu"), torch.randn(5, 8, 8).to("vtpu"))

@@ -61,6 +61,11 @@ void Metrics::count_host_fallback(const std::string& op_name) {
   ++host_fallback_ops_[op_name];
 }
 
+void Metrics::count_host_serial(const std::string& op_name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++host_serial_ops_[op_name];
+}
+
 void Metrics::count_sync(const char* reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   ++syncs_[reason];
@@ -82,6 +87,7 @@ MetricsSnapshot Metrics::snapshot() const {
     s.device_seconds[kernel_class_name(static_cast<KernelClass>(c))] = static_cast<double>(device_ns_[c].load()) / 1e9;
   std::lock_guard<std::mutex> lock(mutex_);
   s.host_fallback_ops = host_fallback_ops_;
+  s.host_serial_ops = host_serial_ops_;
   s.syncs = syncs_;
   for (const auto& [op, t] : op_ns_) s.device_seconds_by_op[op] = {static_cast<double>(t.first) / 1e9, t.second};
   return s;
@@ -93,6 +99,7 @@ void Metrics::reset() {
   for (auto& ns : device_ns_) ns = 0;
   std::lock_guard<std::mutex> lock(mutex_);
   host_fallback_ops_.clear();
+  host_serial_ops_.clear();
   syncs_.clear();
   op_ns_.clear();
 }

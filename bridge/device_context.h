@@ -36,6 +36,8 @@ struct MetricsSnapshot {
   std::uint64_t cache_misses = 0;
   std::map<std::string, std::uint64_t> cache_hits;         // memory, disk, shared
   std::map<std::string, std::uint64_t> host_fallback_ops;  // aten op name -> count
+  // aten op name -> count of its host-path kernels run on one thread (runs_serially)
+  std::map<std::string, std::uint64_t> host_serial_ops;
   std::map<std::string, std::uint64_t> syncs;              // reason -> count
   std::map<std::string, double> device_seconds;            // kernel class -> time on the stream
   // op name -> (seconds on the stream, tasks); only while per-op timing is on.
@@ -47,6 +49,7 @@ class Metrics {
   void count_op() { ops_.fetch_add(1, std::memory_order_relaxed); }
   void count_kernel() { kernels_.fetch_add(1, std::memory_order_relaxed); }
   void count_host_fallback(const std::string& op_name);
+  void count_host_serial(const std::string& op_name);
   void count_sync(const char* reason);
   void add_device_time(KernelClass c, std::uint64_t nanoseconds, const std::string& op) {
     device_ns_[static_cast<int>(c)].fetch_add(nanoseconds, std::memory_order_relaxed);
@@ -68,6 +71,7 @@ class Metrics {
   mutable std::mutex mutex_;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> op_ns_;  // op -> (ns, tasks)
   std::map<std::string, std::uint64_t> host_fallback_ops_;
+  std::map<std::string, std::uint64_t> host_serial_ops_;
   std::map<std::string, std::uint64_t> syncs_;
 };
 

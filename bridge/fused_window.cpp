@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "device_context.h"
+#include "env_knobs.h"
 #include "fused_cluster.h"
 #include "fused_compiler.h"
 #include "vtpu/runtime/error.h"
@@ -369,18 +370,7 @@ namespace {
 constexpr std::int64_t kDefaultFusedMinElements = 4096;
 
 std::atomic<std::int64_t>& min_elements() {
-  static std::atomic<std::int64_t> bound{[] {
-    const char* env = std::getenv("VTPU_FUSED_MIN_ELEMENTS");
-    if (env == nullptr || *env == '\0') return kDefaultFusedMinElements;
-    char* end = nullptr;
-    const long long value = std::strtoll(env, &end, 10);
-    if (*end != '\0' || value < 0) {
-      std::fprintf(stderr, "vtpu: VTPU_FUSED_MIN_ELEMENTS=%s is not a non-negative integer; using %lld\n", env,
-                   static_cast<long long>(kDefaultFusedMinElements));
-      return kDefaultFusedMinElements;
-    }
-    return static_cast<std::int64_t>(value);
-  }()};
+  static std::atomic<std::int64_t> bound{env_non_negative("VTPU_FUSED_MIN_ELEMENTS", kDefaultFusedMinElements)};
   return bound;
 }
 }  // namespace

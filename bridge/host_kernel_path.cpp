@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "host_path_rules.h"
 #include "meta_cache.h"
 #include "out_variant_index.h"
+#include "pool_blocks.h"
 
 namespace vtpu::bridge {
 namespace {
@@ -494,11 +496,19 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
     for (const at::Tensor& t : fresh_host) out_host.emplace_back(t);
   }
   std::string out_name = out_op ? op_name(*out_op) : std::string();
+  std::size_t tensor_bytes = 0;
+  for (const c10::IValue& arg : host)
+    for_each_tensor(arg, [&](const at::Tensor& t) { tensor_bytes += t.defined() ? t.nbytes() : 0; });
+  for (const at::Tensor& t : fresh_host) tensor_bytes += t.defined() ? t.nbytes() : 0;
+  const bool serial = runs_serially(name, tensor_bytes) && pool_blocks::SingleThreadedAten::available();
+  if (serial) context.metrics().count_host_serial(name);
   context.launch([op, out_op, out_name = std::move(out_name), host = std::move(host), out_host = std::move(out_host),
                   fresh_host = std::move(fresh_host), fresh_slots = std::move(fresh_slots),
-                  written_positions = std::move(written_positions), name]() mutable {
+                  written_positions = std::move(written_positions), name, serial]() mutable {
     try {
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+      std::optional<pool_blocks::SingleThreadedAten> one_thread;
+      if (serial) one_thread.emplace();
       if (out_op) {
         // The out= kernel writes straight into the device buffers. It must
         // leave them exactly as promised at dispatch; some CPU out= kernels

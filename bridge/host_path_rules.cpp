@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "env_knobs.h"
+
 namespace vtpu::bridge {
 
 namespace {
@@ -131,6 +133,33 @@ void check_fresh_geometry(const c10::OperatorHandle& op, const at::Tensor& promi
   TORCH_CHECK(false, "[vtpu] ", name, ": the CPU kernel produced a result of shape ", produced.sizes(),
               " where its meta kernel promised ", promised.sizes(),
               "; the result is invalid. Later calls of this op run synchronously with the CPU's shapes.");
+}
+
+namespace {
+constexpr std::size_t kDefaultSerialHostOpBytes = std::size_t{1} << 20;
+
+std::size_t serial_host_op_bytes() {
+  static const std::size_t bound = static_cast<std::size_t>(
+      env_non_negative("VTPU_SERIAL_HOST_OP_BYTES", static_cast<std::int64_t>(kDefaultSerialHostOpBytes)));
+  return bound;
+}
+
+// Families whose work grows faster than their data (matrix products,
+// convolutions, attention, factorisations, transforms): even a small one may
+// be worth a second thread.
+bool work_outgrows_data(const std::string& name) {
+  static const char* const families[] = {"mm", "matmul", "conv", "attention", "linalg", "cholesky", "triangular",
+                                         "lu_", "_lu", "qr", "svd", "eig", "solve", "inverse", "det", "lstsq",
+                                         "pinv", "geqrf", "ormqr", "fft", "cdist", "pdist", "tensordot"};
+  for (const char* family : families)
+    if (name.find(family) != std::string::npos) return true;
+  return false;
+}
+}  // namespace
+
+bool runs_serially(const std::string& name, std::size_t tensor_bytes) {
+  const std::size_t bound = serial_host_op_bytes();
+  return bound != 0 && tensor_bytes <= bound && !work_outgrows_data(name);
 }
 
 bool is_resize_refusal(const c10::Error& error) {

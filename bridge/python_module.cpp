@@ -70,6 +70,7 @@ py::dict metrics_dict() {
   d["aot_hits"] = aot(now) - aot(base);
   d["cache_misses"] = now.cache_misses - base.cache_misses;
   d["host_fallback_ops"] = s.host_fallback_ops;
+  d["host_serial_ops"] = s.host_serial_ops;
   d["syncs"] = s.syncs;
   // Seconds the stream spent in each kind of kernel (wall time of its tasks).
   d["device_time_s"] = s.device_seconds;

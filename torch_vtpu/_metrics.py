@@ -7,7 +7,8 @@ from . import _C
 
 def metrics() -> Dict[str, Any]:
     """ops, kernels_launched, fused_kernels, compiles, cache_hits{memory,disk,shared},
-    cache_misses, host_fallback_ops{name: count}, syncs{reason: count},
+    cache_misses, host_fallback_ops{name: count}, host_serial_ops{name: count} (host-path
+    kernels run on one thread: small, and work no faster-growing than data), syncs{reason: count},
     device_time_s{kernel class: seconds}; while per-op timing is on
     (profile_ops(True) or VTPU_PROFILE_OPS=1), device_time_by_op{op: (seconds,
     tasks)}; and, once torch.compile has used the vtpu backend,

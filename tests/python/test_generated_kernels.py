@@ -47,7 +47,10 @@ for name, fn in cases.items():
             "at": at, "got": strict.flatten()[int(diff.argmax())].item(),
             "want": expected.flatten()[int(diff.argmax())].item(),
             "elements_off": int((diff > 1e-5).sum()), "recomputed_diff":
-            (again.double() - expected.double()).abs().max().item()}
+            (again.double() - expected.double()).abs().max().item(),
+            # The CPU reference computed again: tells a wrong reference
+            # (something else in the process) from a wrong vTPU result.
+            "cpu_recomputed_diff": (fn(x, y, row).double() - expected.double()).abs().max().item()}
 w = x.vtpu(); w.add_(y.vtpu()); report["inplace_ok"] = torch.equal(w.cpu(), x + y)
 m = torch_vtpu.metrics()
 report["metrics"] = {k: m[k] for k in ("generated_kernels", "compiles", "cache_hits", "cache_misses")}

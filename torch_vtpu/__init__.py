@@ -18,6 +18,10 @@ import torch  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
+from . import _mkl_vml  # noqa: E402
+
+_mkl_vml.warm_up()  # before any CPU kernel of ours or the user's can race on MKL's dispatch
+
 from . import _C  # registers kernels, allocator, guard and hooks for PrivateUse1
 from ._modes import flush, fused_min_elements, get_mode, mode, set_fused_min_elements, set_mode
 from ._metrics import metrics, profile_ops, reset_metrics

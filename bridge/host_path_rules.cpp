@@ -4,6 +4,9 @@
 
 #include "env_knobs.h"
 
+#include <string>
+#include <unordered_set>
+
 namespace vtpu::bridge {
 
 namespace {
@@ -144,22 +147,30 @@ std::size_t serial_host_op_bytes() {
   return bound;
 }
 
-// Families whose work grows faster than their data (matrix products,
-// convolutions, attention, factorisations, transforms): even a small one may
-// be worth a second thread.
-bool work_outgrows_data(const std::string& name) {
-  static const char* const families[] = {"mm", "matmul", "conv", "attention", "linalg", "cholesky", "triangular",
-                                         "lu_", "_lu", "qr", "svd", "eig", "solve", "inverse", "det", "lstsq",
-                                         "pinv", "geqrf", "ormqr", "fft", "cdist", "pdist", "tensordot"};
-  for (const char* family : families)
-    if (name.find(family) != std::string::npos) return true;
-  return false;
+// ATen ops whose CPU kernels do work in proportion to the data they touch
+// (searches, concatenation, indexing, scatter/gather, bags, cumulative and
+// plain reductions, the log-sigmoid loss): for them a small input means
+// little work. A list, not a rule on names: an op whose work outgrows its
+// data (a product, attention, a fused transformer layer, an op on packed
+// weights) must keep ATen's threads, and a name does not tell.
+bool work_linear_in_data(const std::string& name) {
+  static const std::unordered_set<std::string> ops = {
+      "searchsorted", "bucketize", "cat", "stack", "index", "index_put", "_index_put_impl", "index_add",
+      "index_copy", "index_fill", "scatter", "scatter_add", "scatter_reduce", "gather", "take", "put",
+      "masked_fill", "masked_scatter", "_embedding_bag", "_embedding_bag_forward_only", "cumsum", "cumprod",
+      "sum", "mean", "log_sigmoid_forward", "log_sigmoid_backward"};
+  constexpr const char* kPrefix = "aten::";
+  if (name.rfind(kPrefix, 0) != 0) return false;
+  std::string base = name.substr(std::char_traits<char>::length(kPrefix));
+  base = base.substr(0, base.find('.'));
+  if (!base.empty() && base.back() == '_') base.pop_back();  // in-place forms
+  return ops.count(base) != 0;
 }
 }  // namespace
 
 bool runs_serially(const std::string& name, std::size_t tensor_bytes) {
   const std::size_t bound = serial_host_op_bytes();
-  return bound != 0 && tensor_bytes <= bound && !work_outgrows_data(name);
+  return bound != 0 && tensor_bytes <= bound && work_linear_in_data(name);
 }
 
 bool is_resize_refusal(const c10::Error& error) {

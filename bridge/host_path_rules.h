@@ -53,10 +53,11 @@ OpSet& meta_disagrees_with_cpu();
 
 // Whether ATen's CPU kernel of `name` should run on the calling thread only:
 // its tensors (arguments and results) total at most the serial byte bound
-// (VTPU_SERIAL_HOST_OP_BYTES, default 1 MiB; 0 turns it off) and its work
-// grows no faster than its data. Inside a step ATen's OpenMP fork-join costs
-// more than such a kernel's work: the team's second thread must be woken,
-// and it competes with the work-sharing pool's helpers for the same cores.
+// (VTPU_SERIAL_HOST_OP_BYTES, default 1 MiB; 0 turns it off) and it is one of
+// the ops whose work is linear in their data (searches, indexing, cat, bags,
+// plain reductions). Inside a step ATen's OpenMP fork-join costs more than
+// such a kernel's work: the team's other threads must be woken, and they
+// compete with the work-sharing pool's helpers for the same cores.
 bool runs_serially(const std::string& name, std::size_t tensor_bytes);
 
 // Raises (and remembers the op) when a CPU kernel produced another shape than promised.

@@ -89,18 +89,18 @@ class SingleThreadedAten {
   static bool available() {
     return mkl_set_local_threads() != nullptr && omp_set_threads() != nullptr && omp_get_threads() != nullptr;
   }
-  SingleThreadedAten() {
-    at::get_num_threads();  // ATen's per-thread lazy set-up first: it would reset the team size later
-    previous_omp_ = omp_get_threads()();
-    omp_set_threads()(1);
-  }
+  SingleThreadedAten() : previous_omp_(omp_get_threads()()) { omp_set_threads()(1); }
   ~SingleThreadedAten() { omp_set_threads()(previous_omp_); }
   SingleThreadedAten(const SingleThreadedAten&) = delete;
   SingleThreadedAten& operator=(const SingleThreadedAten&) = delete;
 
  private:
+  // ATen's per-thread lazy set-up runs first (members initialise in
+  // declaration order): on a thread's first ATen call it sets OpenMP's and
+  // MKL's thread counts, which would undo both guards below.
+  int aten_threads_ = at::get_num_threads();
   SingleThreadedMkl mkl_;
-  int previous_omp_ = 1;
+  int previous_omp_;
 };
 
 // fn(begin, count) for blocks [first, last) of `size` elements along a

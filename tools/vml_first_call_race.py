@@ -53,6 +53,9 @@ def main() -> int:
                 for _ in range(min(args.parallel, args.processes - done))]
         for p in wave:
             out, _ = p.communicate()
+            if p.returncode != 0 or not out.strip():
+                print(f"a child process failed (exit {p.returncode})", file=sys.stderr)
+                return 1
             report = json.loads(out.strip().splitlines()[-1])
             if report:
                 corrupted.append(report)

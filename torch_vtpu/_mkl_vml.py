@@ -15,6 +15,8 @@ its tests compare against the CPU's results, so the import resolves every
 VML function once, one element each (one thread, no race), for float32 and
 float64. Values are unchanged; it only moves MKL's one-time dispatch ahead.
 """
+import warnings
+
 import torch
 
 # ATen's unary ops that may reach MKL VML (a superset: calling an op that does
@@ -26,9 +28,14 @@ warmed = []
 
 
 def warm_up() -> None:
-    """Call each op once on a one-element CPU tensor of each floating dtype."""
-    for dtype in (torch.float32, torch.float64):
-        x = torch.full((1,), 0.5, dtype=dtype)
-        for name in _OPS:
-            getattr(torch, name)(x)
-            warmed.append((name, dtype))
+    """Call each op once on a one-element CPU tensor of each floating dtype
+    (one element: below ATen's grain, so no OpenMP thread starts at import).
+    Records (op, dtype, device of the result) in ``warmed``; never raises,
+    since it runs inside ``import torch`` when torch autoloads this backend."""
+    try:
+        for dtype in (torch.float32, torch.float64):
+            x = torch.full((1,), 0.5, dtype=dtype, device="cpu")
+            for name in _OPS:
+                warmed.append((name, dtype, getattr(torch, name)(x).device.type))
+    except Exception as error:  # a torch without one of the ops: the rest is still warm
+        warnings.warn(f"torch_vtpu: MKL VML warm-up stopped early ({error}); see torch_vtpu/_mkl_vml.py")

@@ -25,8 +25,10 @@ namespace vtpu::bridge {
 // control is missing from this torch build): the caller runs ATen's kernel.
 bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& out_stack);
 
-// Products run in row blocks so far (one per call, inline or shared).
+// Products run in row blocks so far (one per call, inline or shared), and
+// those of them split by columns instead (a transposed right-hand matrix).
 std::uint64_t gemm_row_block_runs();
+std::uint64_t gemm_column_block_runs();
 
 // Runs "aten::bmm.out" (float32, at least ~1M multiply-adds) in blocks of
 // batch elements on the pool, each block one single-threaded ATen call, and

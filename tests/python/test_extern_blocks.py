@@ -1,5 +1,6 @@
 """Matrix products of the host-kernel path as row blocks on the work-sharing
-pool (bridge/extern_blocks.h): each block a single-threaded MKL call. Results
+pool (bridge/extern_blocks.h), or column blocks for a transposed right-hand
+matrix: each block a single-threaded MKL call. Results
 are the CPU's to rounding (not its bits: two-threaded MKL splits the summed
 dimension of some shapes, K = 1024 for one, and its summation order can
 depend on a block's row count), the same bits in every mode and on every
@@ -86,6 +87,72 @@ def test_linear_layers_forward_and_backward_run_in_row_blocks():
     assert _runs() - before >= 3
     for got, want in ((xd.grad, x.grad), (dev.weight.grad, layer.weight.grad), (dev.bias.grad, layer.bias.grad)):
         torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def _column_runs():
+    torch.vtpu.synchronize()
+    return torch_vtpu._C._gemm_column_block_runs()
+
+
+@needs_mkl
+@pytest.mark.parametrize("shape", [(256, 256, 768), (100, 256, 256), (37, 129, 2050), (512, 16, 256)])
+def test_a_transposed_right_hand_matrix_runs_in_column_blocks(shape):
+    # nn.Linear's x @ W.t(): the right-hand matrix is column-major, and the
+    # product is split by columns (each block packs only its own columns).
+    m, k, n = shape
+    g = torch.Generator().manual_seed(n + k)
+    a = torch.randn(m, k, generator=g)
+    w = torch.randn(n, k, generator=g)
+    biases = (None, torch.randn(n, generator=g), torch.randn(1, n, generator=g), torch.randn(m, n, generator=g),
+              torch.randn(m, 1, generator=g), torch.tensor(0.25))
+    for bias in biases:
+        for beta, alpha in ((1, 1), (0.5, -2.0), (0, 1)):
+            if bias is None and (beta, alpha) != (1, 1):
+                continue
+            name = f"bias {None if bias is None else tuple(bias.shape)} beta={beta} alpha={alpha}"
+
+            def run(device):
+                ad, wd = a.to(device), w.to(device)
+                if bias is None:
+                    return (ad @ wd.t()).cpu()
+                return torch.addmm(bias.to(device), ad, wd.t(), beta=beta, alpha=alpha).cpu()
+
+            want = run("cpu")
+            got = _in_every_mode(lambda: run("vtpu"), _column_runs, 1, name)
+            torch.testing.assert_close(got["strict"], want, rtol=1e-5, atol=1e-5 * k ** 0.5, msg=name)
+            for mode, result in got.items():
+                assert torch.equal(result, got["strict"]), (name, mode)
+            assert torch.equal(run("vtpu"), got["strict"]), name
+
+
+@needs_mkl
+def test_row_major_operands_and_narrow_products_keep_row_blocks():
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(256, 256, generator=g)
+    w = torch.randn(768, 256, generator=g)
+    cases = {
+        "row-major right-hand matrix": lambda d: a.to(d) @ w.t().contiguous().to(d),
+        "transposed left-hand matrix": lambda d: a.t().contiguous().to(d).t() @ w.t().contiguous().to(d),
+        # Fewer than two blocks of 32 columns: rows.
+        "narrow product": lambda d: a.to(d) @ w[:48].to(d).t(),
+    }
+    for name, fn in cases.items():
+        rows, columns = _runs(), _column_runs()
+        got = fn("vtpu").cpu()
+        assert _runs() == rows + 1 and _column_runs() == columns, name
+        torch.testing.assert_close(got, fn("cpu"), rtol=1e-5, atol=1e-4, msg=name)
+
+
+def test_a_bias_of_the_wrong_shape_raises_atens_error():
+    a, w, bias = torch.randn(64, 256), torch.randn(512, 256), torch.randn(3)
+    with pytest.raises(RuntimeError) as cpu_error:
+        torch.addmm(bias, a, w.t())
+    with pytest.raises(RuntimeError) as vtpu_error:
+        torch.addmm(bias.to("vtpu"), a.to("vtpu"), w.to("vtpu").t()).cpu()
+    # ATen's message, with the op's name and where it was issued around it.
+    assert str(cpu_error.value).splitlines()[0] in str(vtpu_error.value)
+    # The process stays usable.
+    torch.testing.assert_close((a.to("vtpu") @ w.to("vtpu").t()).cpu(), a @ w.t(), rtol=1e-5, atol=1e-4)
 
 
 def test_other_dtypes_and_shapes_stay_on_atens_kernel():

@@ -35,8 +35,13 @@ def test_fused_eager_benchmark_quick_run():
     rows = {line.split()[0]: line for line in lines if line.split() and line.split()[0] in WORKLOADS}
     assert set(rows) == set(WORKLOADS), out.stdout[-2000:]
     for name, line in rows.items():
-        strict_mb, fused_mb = (float(v) for v in line.split()[8].rstrip("!").split("|"))
+        strict_mb, fused_mb = (float(v) for v in line.split()[9].rstrip("!").split("|"))
         assert fused_mb <= strict_mb + PEAK_NOISE_MB, (name, line)
+        # The floor column: extern (GEMM/conv/attention) time over strict's
+        # step; every model has matrix products, AdamW alone has none.
+        floor = float(line.split()[5])
+        assert (floor > 0) == (name != "adamw_100"), (name, line)
+    assert any(line.strip().startswith("floor:") for line in lines), out.stdout[-2000:]
 
 
 def test_compiled_benchmark_quick_run():

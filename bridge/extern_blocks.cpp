@@ -51,6 +51,24 @@ struct GemmBlocks {
   FirstError error;
 };
 
+// Whether the memory spans two tensors' elements reach intersect. Storage
+// identity does not tell: the host-kernel path hands ATen CPU tensors made
+// over the device's memory, one storage each.
+bool memory_overlaps(const at::Tensor& a, const at::Tensor& b) {
+  const auto span = [](const at::Tensor& t) {
+    const auto* first = static_cast<const char*>(t.const_data_ptr());
+    std::int64_t last = 0;  // element offset of the farthest element
+    for (std::int64_t d = 0; d < t.dim(); ++d) {
+      if (t.size(d) == 0) return std::pair<const char*, const char*>{first, first};
+      last += (t.size(d) - 1) * t.stride(d);
+    }
+    return std::pair<const char*, const char*>{first, first + (last + 1) * t.element_size()};
+  };
+  const auto [a_begin, a_end] = span(a);
+  const auto [b_begin, b_end] = span(b);
+  return a_begin < b_end && b_begin < a_end;
+}
+
 // Columns [begin, begin + count) of the product: the right-hand matrix's
 // columns and the bias's, broadcast to the product's shape first.
 void run_column_block(GemmBlocks& job, std::int64_t begin, std::int64_t count) {
@@ -145,8 +163,13 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
   const std::int64_t per_column = std::max<std::int64_t>(1, rows * k);
   const std::int64_t min_columns =
       std::max<std::int64_t>(32, ((std::int64_t{1} << 20) + per_column - 1) / per_column);
-  if (transposed_right && column_blocks_enabled() && per_column <= kMaxRightHandElements && n >= 2 * min_columns &&
-      (!job.bias.defined() || at::is_expandable_to(job.bias.sizes(), out.sizes()))) {
+  // Every column block reads all of mat1: an out= that is one of the
+  // operands (torch.mm(a, b, out=a), which ATen computes correctly, and
+  // row blocks too, each reading only its own rows) keeps rows.
+  const bool out_is_an_operand = memory_overlaps(out, job.mat1) || memory_overlaps(out, job.mat2) ||
+                                 (job.bias.defined() && memory_overlaps(out, job.bias));
+  if (transposed_right && column_blocks_enabled() && !out_is_an_operand && per_column <= kMaxRightHandElements &&
+      n >= 2 * min_columns && (!job.bias.defined() || at::is_expandable_to(job.bias.sizes(), out.sizes()))) {
     job.by_columns = true;
     job.block_size = std::max(min_columns, (n + kMaxBlocks - 1) / kMaxBlocks);
     parallel_over((n + job.block_size - 1) / job.block_size, 1, &run_blocks, &job);

@@ -143,6 +143,25 @@ def test_row_major_operands_and_narrow_products_keep_row_blocks():
         torch.testing.assert_close(got, fn("cpu"), rtol=1e-5, atol=1e-4, msg=name)
 
 
+@needs_mkl
+def test_an_out_argument_that_is_an_operand_keeps_row_blocks_and_atens_result():
+    # torch.mm(a, w.t(), out=a): ATen reads a before writing it row by row;
+    # column blocks would each read all of a while others overwrite it.
+    g = torch.Generator().manual_seed(5)
+    a, w, c = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
+    want_mm = a @ w.t()
+    want_addmm = torch.addmm(c, a, w.t())
+    for mode in ("strict", "fused"):
+        with torch_vtpu.mode(mode):
+            columns = _column_runs()
+            ad, wd, cd = a.to("vtpu"), w.to("vtpu"), c.to("vtpu")
+            torch.mm(ad, wd.t(), out=ad)
+            cd.addmm_(a.to("vtpu"), wd.t())  # addmm.out with out = the bias
+            torch.testing.assert_close(ad.cpu(), want_mm, rtol=1e-5, atol=1e-4)
+            torch.testing.assert_close(cd.cpu(), want_addmm, rtol=1e-5, atol=1e-4)
+            assert _column_runs() == columns, mode
+
+
 def test_a_bias_of_the_wrong_shape_raises_atens_error():
     a, w, bias = torch.randn(64, 256), torch.randn(512, 256), torch.randn(3)
     with pytest.raises(RuntimeError) as cpu_error:

@@ -138,7 +138,21 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
   if (job.bias.defined()) {
     if (job.bias.scalar_type() != at::kFloat || job.bias.dim() > 2) return false;
     job.bias_by_row = job.bias.dim() == 2 && job.bias.size(0) == out.size(0) && out.size(0) > 1;
+    // A bias of the wrong shape: ATen's kernel raises, naming the whole
+    // product's sizes (a block's call would name the block's).
+    if (!at::is_expandable_to(job.bias.sizes(), out.sizes())) return false;
   }
+  // An out= whose memory overlaps an operand: every block reads all of
+  // mat2 and (unless it is split by rows) the bias while others write, and
+  // MKL may write a block's rows before it has read all of mat1's (panels
+  // of the summed dimension). ATen's kernel handles what can be handled.
+  // Exception: the in-place addmm_, out the very (M, N) bias, whose rows
+  // each block reads before writing them, as ATen does.
+  const bool in_place_bias = job.bias_by_row && job.bias.const_data_ptr() == out.const_data_ptr() &&
+                             job.bias.sizes() == out.sizes() && job.bias.strides() == out.strides();
+  if (memory_overlaps(out, job.mat1) || memory_overlaps(out, job.mat2) ||
+      (job.bias.defined() && !in_place_bias && memory_overlaps(out, job.bias)))
+    return false;
   const std::int64_t rows = out.size(0), k = job.mat1.size(1), n = out.size(1);
   // Blocks of at least 16 rows and ~1M multiply-adds (each block packs the
   // right-hand matrix again, which 16 rows amortise, and a smaller block is
@@ -163,13 +177,10 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
   const std::int64_t per_column = std::max<std::int64_t>(1, rows * k);
   const std::int64_t min_columns =
       std::max<std::int64_t>(32, ((std::int64_t{1} << 20) + per_column - 1) / per_column);
-  // Every column block reads all of mat1: an out= that is one of the
-  // operands (torch.mm(a, b, out=a), which ATen computes correctly, and
-  // row blocks too, each reading only its own rows) keeps rows.
-  const bool out_is_an_operand = memory_overlaps(out, job.mat1) || memory_overlaps(out, job.mat2) ||
-                                 (job.bias.defined() && memory_overlaps(out, job.bias));
-  if (transposed_right && column_blocks_enabled() && !out_is_an_operand && per_column <= kMaxRightHandElements &&
-      n >= 2 * min_columns && (!job.bias.defined() || at::is_expandable_to(job.bias.sizes(), out.sizes()))) {
+  // Every column block reads all of mat1 and of the bias's rows: the
+  // in-place addmm_ keeps rows.
+  if (transposed_right && column_blocks_enabled() && !in_place_bias && per_column <= kMaxRightHandElements &&
+      n >= 2 * min_columns) {
     job.by_columns = true;
     job.block_size = std::max(min_columns, (n + kMaxBlocks - 1) / kMaxBlocks);
     parallel_over((n + job.block_size - 1) / job.block_size, 1, &run_blocks, &job);

@@ -144,22 +144,29 @@ def test_row_major_operands_and_narrow_products_keep_row_blocks():
 
 
 @needs_mkl
-def test_an_out_argument_that_is_an_operand_keeps_row_blocks_and_atens_result():
-    # torch.mm(a, w.t(), out=a): ATen reads a before writing it row by row;
-    # column blocks would each read all of a while others overwrite it.
+def test_an_out_argument_overlapping_an_operand_gets_atens_result():
+    # Blocks read operands other blocks may be writing: such calls run ATen's
+    # kernel (found by review: a bias that is a row of out gave 87% wrong
+    # values in row blocks). The in-place addmm_ keeps its row blocks.
     g = torch.Generator().manual_seed(5)
-    a, w, c = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
-    want_mm = a @ w.t()
-    want_addmm = torch.addmm(c, a, w.t())
+    a, w = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
+    o, c = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
     for mode in ("strict", "fused"):
         with torch_vtpu.mode(mode):
-            columns = _column_runs()
-            ad, wd, cd = a.to("vtpu"), w.to("vtpu"), c.to("vtpu")
-            torch.mm(ad, wd.t(), out=ad)
-            cd.addmm_(a.to("vtpu"), wd.t())  # addmm.out with out = the bias
-            torch.testing.assert_close(ad.cpu(), want_mm, rtol=1e-5, atol=1e-4)
-            torch.testing.assert_close(cd.cpu(), want_addmm, rtol=1e-5, atol=1e-4)
-            assert _column_runs() == columns, mode
+            runs = _runs()
+            ad, wd = a.to("vtpu"), w.to("vtpu")
+            torch.mm(ad, wd.t(), out=ad)  # out = mat1
+            torch.testing.assert_close(ad.cpu(), a @ w.t(), rtol=1e-5, atol=1e-4)
+            od = o.to("vtpu")
+            torch.addmm(od[0], a.to("vtpu"), wd.t(), out=od)  # the bias is out's first row
+            want = o.clone()
+            torch.addmm(want[0], a, w.t(), out=want)
+            torch.testing.assert_close(od.cpu(), want, rtol=1e-5, atol=1e-4)
+            assert _runs() == runs, mode
+            cd = c.to("vtpu")
+            cd.addmm_(a.to("vtpu"), wd.t())  # addmm.out with out = the (M, N) bias
+            torch.testing.assert_close(cd.cpu(), torch.addmm(c, a, w.t()), rtol=1e-5, atol=1e-4)
+            assert _runs() == runs + 1, mode
 
 
 def test_a_bias_of_the_wrong_shape_raises_atens_error():
@@ -170,6 +177,15 @@ def test_a_bias_of_the_wrong_shape_raises_atens_error():
         torch.addmm(bias.to("vtpu"), a.to("vtpu"), w.to("vtpu").t()).cpu()
     # ATen's message, with the op's name and where it was issued around it.
     assert str(cpu_error.value).splitlines()[0] in str(vtpu_error.value)
+    # beta = 0 skips the shape check at dispatch; the whole product's sizes
+    # are named, not a block's, for row-major and transposed right-hand
+    # matrices (row and column blocks).
+    for right in (w.t(), w.t().contiguous()):
+        with pytest.raises(RuntimeError) as cpu_error:
+            torch.addmm(bias, a, right, beta=0)
+        with pytest.raises(RuntimeError) as vtpu_error:
+            torch.addmm(bias.to("vtpu"), a.to("vtpu"), right.to("vtpu"), beta=0).cpu()
+        assert str(cpu_error.value).splitlines()[0] in str(vtpu_error.value)
     # The process stays usable.
     torch.testing.assert_close((a.to("vtpu") @ w.to("vtpu").t()).cpu(), a @ w.t(), rtol=1e-5, atol=1e-4)
 

@@ -27,6 +27,19 @@ at::Tensor empty_device_strided(c10::IntArrayRef sizes, c10::IntArrayRef strides
 // alive for as long as the alias is used.
 at::Tensor cpu_alias(const at::Tensor& device_tensor);
 
+// cpu_alias for the device tensors of one op call: tensors over one device
+// storage get CPU aliases over one CPU storage, so ATen's overlap checks (an
+// out= partly over an input is an error on the CPU) and its same-storage
+// tests see what they would see there. Separate cpu_alias calls give
+// separate storages, which those checks take for unrelated memory.
+class CpuAliases {
+ public:
+  at::Tensor operator()(const at::Tensor& device_tensor);
+
+ private:
+  c10::SmallVector<std::pair<const c10::StorageImpl*, c10::Storage>, 4> storages_;
+};
+
 // A tensor operand captured at dispatch for a kernel that runs later on the
 // stream: a device tensor's data pointer and geometry (Python may restride
 // the tensor meanwhile), or a private copy of a host scalar. The storage is

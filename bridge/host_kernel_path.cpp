@@ -227,6 +227,7 @@ Stack host_arguments(const c10::FunctionSchema& schema, const Stack& stack, std:
   Stack host;
   const auto& args = schema.arguments();
   host.reserve(args.size());
+  CpuAliases aliases;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const c10::IValue& value = stack[first + i];
     if (is_optional_generator(args[i])) {
@@ -242,7 +243,7 @@ Stack host_arguments(const c10::FunctionSchema& schema, const Stack& stack, std:
     host.push_back(map_tensors(value, [&](const at::Tensor& t) -> at::Tensor {
       if (on_device(t)) {
         if (keep_alive) keep_alive->push_back(t.storage());
-        return cpu_alias(t);
+        return aliases(t);
       }
       // The caller may change a host scalar after we return.
       return (snapshot_cpu_scalars && t.defined()) ? t.clone() : t;

@@ -227,19 +227,27 @@ at::Tensor empty_device_strided(c10::IntArrayRef sizes, c10::IntArrayRef strides
 
 namespace {
 
-at::Tensor alias_of(void* bytes, std::size_t nbytes, c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                    int64_t offset, caffe2::TypeMeta dtype, bool conj, bool neg) {
+c10::Storage cpu_storage_over(void* bytes, std::size_t nbytes) {
   c10::DataPtr data(bytes, c10::Device(c10::DeviceType::CPU));
-  auto cpu_storage = c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), nbytes, std::move(data),
-      /*allocator=*/nullptr, /*resizable=*/false);
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                            std::move(data), /*allocator=*/nullptr,
+                                                            /*resizable=*/false));
+}
+
+at::Tensor alias_in(c10::Storage storage, c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset,
+                    caffe2::TypeMeta dtype, bool conj, bool neg) {
   at::Tensor alias = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(std::move(cpu_storage)), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype);
   alias.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
   // Lazy conjugation/negation travel with the view, so the CPU kernel resolves them.
   if (conj) alias._set_conj(true);
   if (neg) alias._set_neg(true);
   return alias;
+}
+
+at::Tensor alias_of(void* bytes, std::size_t nbytes, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                    int64_t offset, caffe2::TypeMeta dtype, bool conj, bool neg) {
+  return alias_in(cpu_storage_over(bytes, nbytes), sizes, strides, offset, dtype, conj, neg);
 }
 
 }  // namespace
@@ -271,6 +279,19 @@ at::Tensor cpu_alias(const at::Tensor& device_tensor) {
   return alias_of(storage->mutable_data(), storage->nbytes(), device_tensor.sizes(), device_tensor.strides(),
                   device_tensor.storage_offset(), device_tensor.dtype(), device_tensor.is_conj(),
                   device_tensor.is_neg());
+}
+
+at::Tensor CpuAliases::operator()(const at::Tensor& device_tensor) {
+  c10::StorageImpl* storage = device_tensor.storage().unsafeGetStorageImpl();
+  const c10::Storage* shared = nullptr;
+  for (const auto& [key, cpu] : storages_)
+    if (key == storage) shared = &cpu;
+  if (shared == nullptr) {
+    storages_.emplace_back(storage, cpu_storage_over(storage->mutable_data(), storage->nbytes()));
+    shared = &storages_.back().second;
+  }
+  return alias_in(*shared, device_tensor.sizes(), device_tensor.strides(), device_tensor.storage_offset(),
+                  device_tensor.dtype(), device_tensor.is_conj(), device_tensor.is_neg());
 }
 
 // Copies resolve lazy conjugation/negation themselves (the CPU copy_ they

@@ -54,3 +54,38 @@ def test_shape_errors_are_raised_eagerly():
 def test_unsupported_layout_is_a_clear_error():
     with pytest.raises(NotImplementedError):
         torch.empty(2, 2, device="vtpu", layout=torch.sparse_coo)
+
+
+_OVERLAP = "some elements of the input tensor and the written-to tensor refer to a single memory location"
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_an_out_partly_over_an_input_raises_the_cpus_error_on_the_host_path(mode):
+    # The host-kernel path hands ATen CPU aliases of device memory; aliases of
+    # one device storage share one CPU storage, so ATen's overlap checks fire
+    # as on the CPU (before 2026-12-05 each alias had its own storage, and
+    # these calls computed silently).
+    def calls(dev):
+        buf = torch.arange(200.0, dtype=torch.float64).to(dev)
+        m = buf[:16].view(4, 4)
+        yield "addmm", lambda: torch.addmm(m, m, m, out=buf[2:18].view(4, 4))
+        flat = torch.arange(40.0).to(dev)
+        yield "cat", lambda: torch.cat([flat[:4], flat[4:8]], out=flat[2:10])
+        yield "cumsum", lambda: torch.cumsum(flat[:10], 0, out=flat[3:13])
+
+    for (name, cpu_call), (_, vtpu_call) in zip(calls("cpu"), calls("vtpu")):
+        with pytest.raises(RuntimeError, match=_OVERLAP):
+            cpu_call()
+        with torch_vtpu.mode(mode):
+            with pytest.raises(RuntimeError, match=_OVERLAP):
+                vtpu_call()
+                torch.vtpu.synchronize()
+    # Aliasing the CPU allows still works: the same memory in and out.
+    x = torch.arange(12.0, dtype=torch.float64).view(3, 4)
+    xd = x.to("vtpu")
+    with torch_vtpu.mode(mode):
+        torch.cumsum(xd, 1, out=xd)
+        xd.addmm_(xd[:, :3], torch.eye(3, 4, dtype=torch.float64).to("vtpu"))
+    torch.cumsum(x, 1, out=x)
+    x.addmm_(x[:, :3], torch.eye(3, 4, dtype=torch.float64))
+    torch.testing.assert_close(xd.cpu(), x)

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "generated_kernels.h"
+#include "memory_overlap.h"
 #include "pool_blocks.h"
 
 namespace vtpu::bridge {
@@ -50,24 +51,6 @@ struct GemmBlocks {
   c10::Scalar beta, alpha;
   FirstError error;
 };
-
-// Whether the memory spans two tensors' elements reach intersect. Storage
-// identity does not tell: the host-kernel path hands ATen CPU tensors made
-// over the device's memory, one storage each.
-bool memory_overlaps(const at::Tensor& a, const at::Tensor& b) {
-  const auto span = [](const at::Tensor& t) {
-    const auto* first = static_cast<const char*>(t.const_data_ptr());
-    std::int64_t last = 0;  // element offset of the farthest element
-    for (std::int64_t d = 0; d < t.dim(); ++d) {
-      if (t.size(d) == 0) return std::pair<const char*, const char*>{first, first};
-      last += (t.size(d) - 1) * t.stride(d);
-    }
-    return std::pair<const char*, const char*>{first, first + (last + 1) * t.element_size()};
-  };
-  const auto [a_begin, a_end] = span(a);
-  const auto [b_begin, b_end] = span(b);
-  return a_begin < b_end && b_begin < a_end;
-}
 
 // Columns [begin, begin + count) of the product: the right-hand matrix's
 // columns and the bias's, broadcast to the product's shape first.
@@ -150,8 +133,8 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
   // each block reads before writing them, as ATen does.
   const bool in_place_bias = job.bias_by_row && job.bias.const_data_ptr() == out.const_data_ptr() &&
                              job.bias.sizes() == out.sizes() && job.bias.strides() == out.strides();
-  if (memory_overlaps(out, job.mat1) || memory_overlaps(out, job.mat2) ||
-      (job.bias.defined() && !in_place_bias && memory_overlaps(out, job.bias)))
+  if (spans_intersect(out, job.mat1) || spans_intersect(out, job.mat2) ||
+      (job.bias.defined() && !in_place_bias && spans_intersect(out, job.bias)))
     return false;
   const std::int64_t rows = out.size(0), k = job.mat1.size(1), n = out.size(1);
   // Blocks of at least 16 rows and ~1M multiply-adds (each block packs the

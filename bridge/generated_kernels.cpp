@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "aten_bridge.h"
+#include "memory_overlap.h"
 #include "device_context.h"
 #include "fused_window.h"
 #include "vtpu/cache/compile_cache.h"
@@ -585,6 +586,9 @@ at::Tensor launch_generated_indexed(ir::OpKind op, at::Tensor out, c10::ArrayRef
   if (type.rank() > static_cast<std::size_t>(compiler::kMaxRank)) return {};
   if (!out.defined()) out = empty_device(type.sizes, from_ir(type.dtype));
   if (out.device().type() != kVtpu || out.dim() > compiler::kMaxRank) return {};
+  // An out= sharing memory with an input: ATen's kernel raises the CPU's error.
+  for (const at::Tensor& t : device_inputs)
+    if (spans_intersect(out, t)) return {};
   const compiler::VtpuKernelFn fn = resolve_kernel(graph, out, out.sizes(), [&] { return result; });
   if (fn == nullptr) return {};
   std::vector<KernelTensor> tensors;

@@ -59,6 +59,17 @@ def test_unsupported_layout_is_a_clear_error():
 _OVERLAP = "some elements of the input tensor and the written-to tensor refer to a single memory location"
 
 
+def _each_raises_the_cpus_overlap_error(calls, mode):
+    """calls(device) yields the same calls over CPU and over vtpu tensors."""
+    for cpu_call, vtpu_call in zip(calls("cpu"), calls("vtpu")):
+        with pytest.raises(RuntimeError, match=_OVERLAP):
+            cpu_call()
+        with torch_vtpu.mode(mode):
+            with pytest.raises(RuntimeError, match=_OVERLAP):
+                vtpu_call()
+                torch.vtpu.synchronize()
+
+
 @pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
 def test_an_out_partly_over_an_input_raises_the_cpus_error_on_the_host_path(mode):
     # The host-kernel path hands ATen CPU aliases of device memory; aliases of
@@ -68,18 +79,12 @@ def test_an_out_partly_over_an_input_raises_the_cpus_error_on_the_host_path(mode
     def calls(dev):
         buf = torch.arange(200.0, dtype=torch.float64).to(dev)
         m = buf[:16].view(4, 4)
-        yield "addmm", lambda: torch.addmm(m, m, m, out=buf[2:18].view(4, 4))
+        yield lambda: torch.addmm(m, m, m, out=buf[2:18].view(4, 4))
         flat = torch.arange(40.0).to(dev)
-        yield "cat", lambda: torch.cat([flat[:4], flat[4:8]], out=flat[2:10])
-        yield "cumsum", lambda: torch.cumsum(flat[:10], 0, out=flat[3:13])
+        yield lambda: torch.cat([flat[:4], flat[4:8]], out=flat[2:10])
+        yield lambda: torch.cumsum(flat[:10], 0, out=flat[3:13])
 
-    for (name, cpu_call), (_, vtpu_call) in zip(calls("cpu"), calls("vtpu")):
-        with pytest.raises(RuntimeError, match=_OVERLAP):
-            cpu_call()
-        with torch_vtpu.mode(mode):
-            with pytest.raises(RuntimeError, match=_OVERLAP):
-                vtpu_call()
-                torch.vtpu.synchronize()
+    _each_raises_the_cpus_overlap_error(calls, mode)
     # Aliasing the CPU allows still works: the same memory in and out.
     x = torch.arange(12.0, dtype=torch.float64).view(3, 4)
     xd = x.to("vtpu")
@@ -89,3 +94,31 @@ def test_an_out_partly_over_an_input_raises_the_cpus_error_on_the_host_path(mode
     torch.cumsum(x, 1, out=x)
     x.addmm_(x[:, :3], torch.eye(3, 4, dtype=torch.float64))
     torch.testing.assert_close(xd.cpu(), x)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_an_output_partly_over_an_input_of_a_generated_kernel_raises_the_cpus_error(mode):
+    # Generated kernels leave such calls to ATen's kernel (found by review:
+    # they computed silently before 2026-12-05).
+    def calls(dev):
+        x = torch.arange(100.0).to(dev)
+        yield lambda: torch.add(x[:90], 1, out=x[5:95])
+        y = torch.arange(100.0).to(dev)
+        yield lambda: y[1:].add_(y[:-1])
+        z = torch.arange(40.0).to(dev)
+        yield lambda: torch.index_select(z[:10], 0, torch.tensor([0, 1, 2]).to(dev), out=z[1:4])
+
+    _each_raises_the_cpus_overlap_error(calls, mode)
+    # What the CPU allows gives its values: in place on the very same
+    # elements, and an expanded row of the output itself (not dense, so the
+    # CPU computes it in its own order: later rows see row 0 updated).
+    x = torch.arange(12.0).view(3, 4)
+    xd = x.to("vtpu")
+    with torch_vtpu.mode(mode):
+        xd.add_(xd)
+        torch.add(xd, 1, out=xd)
+        xd.mul_(xd[0].expand(3, 4))
+    x.add_(x)
+    torch.add(x, 1, out=x)
+    x.mul_(x[0].expand(3, 4))
+    assert torch.equal(xd.cpu(), x)

@@ -586,7 +586,9 @@ at::Tensor launch_generated_indexed(ir::OpKind op, at::Tensor out, c10::ArrayRef
   if (type.rank() > static_cast<std::size_t>(compiler::kMaxRank)) return {};
   if (!out.defined()) out = empty_device(type.sizes, from_ir(type.dtype));
   if (out.device().type() != kVtpu || out.dim() > compiler::kMaxRank) return {};
-  // An out= sharing memory with an input: ATen's kernel raises the CPU's error.
+  // An out= sharing memory with an input, or expanded: ATen's kernel raises
+  // the CPU's error.
+  if (writes_a_location_twice(out)) return {};
   for (const at::Tensor& t : device_inputs)
     if (spans_intersect(out, t)) return {};
   const compiler::VtpuKernelFn fn = resolve_kernel(graph, out, out.sizes(), [&] { return result; });

@@ -506,9 +506,13 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
   // An output sharing memory with an input it is not (x[1:].add_(x[:-1]),
   // an out= over a shifted view): ATen's kernel, which raises the CPU's
   // error for dense tensors and otherwise computes in the CPU's order.
-  if (out.defined() && out.device().type() == kVtpu)
+  // The same for an output that is one location in several places (an
+  // expanded out=).
+  if (out.defined() && out.device().type() == kVtpu) {
+    if (writes_a_location_twice(out)) return false;
     for (const at::Tensor& t : operands)
       if (t.device().type() == kVtpu && partly_overlaps(out, t)) return false;
+  }
   // _softmax(self, dim, half_to_float) and the backward's input_dtype.
   if ((lowering.op == OpKind::Softmax || lowering.op == OpKind::LogSoftmax) && args[2].toBool()) return false;
   if ((lowering.op == OpKind::SoftmaxBackward || lowering.op == OpKind::LogSoftmaxBackward) &&

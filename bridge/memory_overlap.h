@@ -34,6 +34,14 @@ inline bool same_elements(const at::Tensor& a, const at::Tensor& b) {
          a.element_size() == b.element_size();
 }
 
+// An output some of whose elements are one memory location (a dim of
+// stride 0, as expand gives): the CPU refuses to write it.
+inline bool writes_a_location_twice(const at::Tensor& out) {
+  for (std::int64_t d = 0; d < out.dim(); ++d)
+    if (out.stride(d) == 0 && out.size(d) > 1) return true;
+  return false;
+}
+
 // An output that shares memory with an input without being that input
 // (x[1:].add_(x[:-1]), out= a shifted view): the CPU raises for dense
 // tensors, and computes in its own element order otherwise, so such calls

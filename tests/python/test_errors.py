@@ -59,13 +59,13 @@ def test_unsupported_layout_is_a_clear_error():
 _OVERLAP = "some elements of the input tensor and the written-to tensor refer to a single memory location"
 
 
-def _each_raises_the_cpus_overlap_error(calls, mode):
+def _each_raises_the_cpus_overlap_error(calls, mode, message=_OVERLAP):
     """calls(device) yields the same calls over CPU and over vtpu tensors."""
     for cpu_call, vtpu_call in zip(calls("cpu"), calls("vtpu")):
-        with pytest.raises(RuntimeError, match=_OVERLAP):
+        with pytest.raises(RuntimeError, match=message):
             cpu_call()
         with torch_vtpu.mode(mode):
-            with pytest.raises(RuntimeError, match=_OVERLAP):
+            with pytest.raises(RuntimeError, match=message):
                 vtpu_call()
                 torch.vtpu.synchronize()
 
@@ -121,4 +121,25 @@ def test_an_output_partly_over_an_input_of_a_generated_kernel_raises_the_cpus_er
     x.add_(x)
     torch.add(x, 1, out=x)
     x.mul_(x[0].expand(3, 4))
+    assert torch.equal(xd.cpu(), x)
+
+
+_WRITTEN_TWICE = "more than one element of the written-to tensor refers to a single memory location"
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_an_expanded_output_of_a_generated_kernel_raises_the_cpus_error(mode):
+    def calls(dev):
+        x = torch.zeros(5).to(dev)
+        ones = torch.ones(3, 5).to(dev)
+        yield lambda: torch.add(ones, 1, out=x.expand(3, 5))
+        yield lambda: torch.index_select(ones, 0, torch.tensor([0, 1, 2]).to(dev), out=x.expand(3, 5))
+
+    _each_raises_the_cpus_overlap_error(calls, mode, _WRITTEN_TWICE)
+    # Overlapping windows of an unfold are allowed on the CPU: its values.
+    x = torch.zeros(5)
+    xd = x.to("vtpu")
+    with torch_vtpu.mode(mode):
+        xd.unfold(0, 2, 1).add_(1)
+    x.unfold(0, 2, 1).add_(1)
     assert torch.equal(xd.cpu(), x)

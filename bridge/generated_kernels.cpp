@@ -607,6 +607,21 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
   if (input.device().type() != kVtpu || out.device().type() != kVtpu || !in_dtype || input.dim() > compiler::kMaxRank ||
       input.is_conj() || input.is_neg() || !to_ir(out.scalar_type()))
     return false;
+  // An out= of another dtype than a floating input's (or a floating out=
+  // for an integral input): ATen converts the input to the out's dtype
+  // before reducing (sum of 0.6, 0.6, 0.6 into int64 is 0, not 1) or refuses
+  // the dtype (norms); the generated kernel would convert the result.
+  // Integral to wider integral is exact either way.
+  const bool floating_involved =
+      at::isFloatingType(input.scalar_type()) || at::isFloatingType(out.scalar_type());
+  if (out.scalar_type() != input.scalar_type() && floating_involved && op != ir::OpKind::Argmax &&
+      op != ir::OpKind::Argmin)
+    return false;
+  // Extremes of an empty input have no value: ATen raises (max() of no
+  // elements) or sizes the result itself.
+  const bool extreme = op == ir::OpKind::Amax || op == ir::OpKind::Amin || op == ir::OpKind::Argmax ||
+                       op == ir::OpKind::Argmin;
+  if (extreme && input.numel() == 0) return false;
   const std::int64_t rank = input.dim();
   std::vector<bool> reduced(static_cast<std::size_t>(rank), dims.empty());
   for (std::int64_t d : dims) {

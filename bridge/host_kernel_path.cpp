@@ -425,7 +425,14 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         const at::Tensor& arg = base.toTensor();
         if (ret.alias_info()->isWrite()) {
           // out= and in-place: the meta kernel may have resized the argument.
-          if (meta_out.sizes() != arg.sizes() || meta_out.strides() != arg.strides()) {
+          // An out= argument takes the meta result's strides only when its
+          // shape changed, as ATen's resize_out restrides only a resized
+          // out: an out of the right shape keeps its geometry (a strided
+          // view of a larger tensor took a Python meta's fresh contiguous
+          // result's and was written over its base: linalg.solve, sort).
+          const bool out_argument = schema.arguments()[*alias].is_out();
+          const bool resized = meta_out.sizes() != arg.sizes();
+          if (resized || (!out_argument && meta_out.strides() != arg.strides())) {
             arg.unsafeGetTensorImpl()->set_sizes_and_strides(meta_out.sizes(), meta_out.strides(),
                                                              meta_out.storage_offset());
             const std::size_t needed = at::detail::computeStorageNbytes(
@@ -486,7 +493,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   // to be abandoned and the functional op run instead: small written
   // arguments are snapshotted before the out= call and restored then.
   if (all_fresh_single_tensors && (!mutates || restorable) && !fresh.empty() &&
-      !unusable_out_variants().contains(op))
+      !unusable_out_variants().contains(op) && !functional_checks_more_than_out(name))
     out_op = find_out_variant(op);
   std::vector<std::size_t> written_positions = out_op && mutates ? *restorable : std::vector<std::size_t>{};
   std::vector<at::Tensor> fresh_host;

@@ -48,6 +48,11 @@ class OpSet {
 OpSet& no_meta_ops();
 // Ops whose out= overload is no drop-in for the functional op.
 OpSet& unusable_out_variants();
+
+// Functional ops whose CPU kernel checks an argument its out= overload does
+// not ("aten::max"/"aten::min" of no elements raise; max.unary_out returns
+// the reduction's identity): they never take the out= overload.
+bool functional_checks_more_than_out(const std::string& name);
 // Ops whose meta kernel gives other result shapes than their CPU kernel.
 OpSet& meta_disagrees_with_cpu();
 

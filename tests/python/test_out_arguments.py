@@ -1,0 +1,74 @@
+"""The out= contract and reductions' edge cases as the CPU has them, in every
+mode (each case was found by a review probing against the CPU, 2026-12-05,
+and fails without its fix)."""
+import pytest
+import torch
+
+import torch_vtpu
+
+MODES = ["strict", "fused", "debug"]
+
+
+def _both(fn):
+    """fn(device) on the CPU and on vtpu (the vtpu result brought back)."""
+    want = fn("cpu")
+    got = fn("vtpu")
+    torch.vtpu.synchronize()
+    return want, got
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_out_view_of_a_larger_tensor_keeps_its_geometry_and_its_base(mode):
+    # A Python meta kernel returns a fresh contiguous result; its strides
+    # used to be applied to the out= view, which then wrote over its base.
+    def solve(dev):
+        base = torch.full((5, 2), 7.0).to(dev)
+        out = base[1:4]
+        torch.linalg.solve((torch.eye(3) * 2).to(dev), torch.ones(3, 2).to(dev), out=out)
+        return base.cpu(), out.stride(), out.storage_offset()
+
+    def sort(dev):
+        base = torch.zeros(6).to(dev)
+        values = base[::2]
+        torch.sort(torch.tensor([3.0, 1.0, 2.0]).to(dev), out=(values, torch.empty(3, dtype=torch.long).to(dev)))
+        return base.cpu(), values.stride()
+
+    with torch_vtpu.mode(mode):
+        for fn in (solve, sort):
+            want, got = _both(fn)
+            assert torch.equal(got[0], want[0]), (fn.__name__, got, want)
+            assert got[1:] == want[1:], fn.__name__
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_reduction_into_an_out_of_another_dtype_converts_the_input_first(mode):
+    # ATen converts the input to the out's dtype before reducing.
+    def reductions(dev):
+        x = torch.tensor([[0.6, 0.6, 0.6]]).to(dev)
+        s = torch.sum(x, 1, out=torch.empty(1, dtype=torch.long).to(dev))
+        p = torch.prod(1.6 * torch.ones(1, 3).to(dev), 1, out=torch.empty(1, dtype=torch.long).to(dev))
+        big = torch.tensor([[2**24, 1, 1]]).to(dev)
+        f = torch.sum(big, 1, out=torch.empty(1).to(dev))
+        return [t.cpu() for t in (s, p, f)]
+
+    with torch_vtpu.mode(mode):
+        want, got = _both(reductions)
+        for w, g in zip(want, got):
+            assert torch.equal(g, w), (got, want)
+        with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float"):
+            torch.linalg.vector_norm(torch.ones(3).to("vtpu"), out=torch.empty((), dtype=torch.float64).to("vtpu"))
+            torch.vtpu.synchronize()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_max_and_min_of_no_elements_raise_the_cpus_error(mode):
+    with torch_vtpu.mode(mode):
+        for fn in (torch.max, torch.min):
+            with pytest.raises(RuntimeError, match="Expected reduction dim to be specified"):
+                fn(torch.empty(0))
+            with pytest.raises(RuntimeError, match="Expected reduction dim to be specified"):
+                fn(torch.empty(0, 3, dtype=torch.long).to("vtpu"))
+                torch.vtpu.synchronize()
+        # With elements, and along a dim of an empty tensor, as the CPU.
+        assert torch.max(torch.arange(5.0).to("vtpu")).item() == 4.0
+        assert torch.amax(torch.empty(0, 3).to("vtpu"), 1).shape == (0,)

@@ -473,6 +473,12 @@ std::unordered_map<std::string, compiler::VtpuKernelFn>& launch_memo() {
 bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Tensor> inputs,
                       const ir::Attributes& attrs) {
   if (out.dim() > compiler::kMaxRank || !to_ir(out.scalar_type())) return false;
+  // An output that may be one location in several places (unfold's
+  // windows: chunks on several threads raced), or that shares memory with
+  // an input it is not: ATen's kernel, in the CPU's element order.
+  if (may_overlap_itself(out)) return false;
+  for (const at::Tensor& t : inputs)
+    if (t.device().type() == kVtpu && partly_overlaps(out, t)) return false;
   for (const at::Tensor& t : inputs)
     if (!to_ir(t.scalar_type()) || t.is_conj() || t.is_neg()) return false;
   // When an elementwise op's tensors are all contiguous with the output's
@@ -588,7 +594,7 @@ at::Tensor launch_generated_indexed(ir::OpKind op, at::Tensor out, c10::ArrayRef
   if (out.device().type() != kVtpu || out.dim() > compiler::kMaxRank) return {};
   // An out= sharing memory with an input, or expanded: ATen's kernel raises
   // the CPU's error.
-  if (writes_a_location_twice(out)) return {};
+  if (may_overlap_itself(out)) return {};
   for (const at::Tensor& t : device_inputs)
     if (spans_intersect(out, t)) return {};
   const compiler::VtpuKernelFn fn = resolve_kernel(graph, out, out.sizes(), [&] { return result; });

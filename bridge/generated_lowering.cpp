@@ -509,7 +509,7 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
   // The same for an output that is one location in several places (an
   // expanded out=).
   if (out.defined() && out.device().type() == kVtpu) {
-    if (writes_a_location_twice(out)) return false;
+    if (may_overlap_itself(out)) return false;
     for (const at::Tensor& t : operands)
       if (t.device().type() == kVtpu && partly_overlaps(out, t)) return false;
   }

@@ -5,8 +5,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace vtpu::bridge {
 
@@ -39,6 +41,32 @@ inline bool same_elements(const at::Tensor& a, const at::Tensor& b) {
 inline bool writes_a_location_twice(const at::Tensor& out) {
   for (std::int64_t d = 0; d < out.dim(); ++d)
     if (out.stride(d) == 0 && out.size(d) > 1) return true;
+  return false;
+}
+
+// ATen's refusal (assert_no_partial_overlap): both tensors dense, their
+// memory intersecting, and not the same elements walked alike. Overlaps of
+// tensors that are not dense are allowed there (computed in its order).
+inline bool aten_refuses_overlap(const at::Tensor& out, const at::Tensor& input) {
+  return out.is_non_overlapping_and_dense() && input.is_non_overlapping_and_dense() &&
+         spans_intersect(out, input) && !same_elements(out, input);
+}
+
+// A tensor some of whose elements may be one memory location: a dim of
+// stride 0, or dims whose strides do not step over the dims inside them
+// (unfold's overlapping windows). False for every tensor with distinct
+// elements; a generated kernel's chunks writing such an output would race.
+inline bool may_overlap_itself(const at::Tensor& t) {
+  if (t.is_non_overlapping_and_dense()) return false;
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (stride, size) of dims with size > 1
+  for (std::int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  std::int64_t span = 1;  // elements the inner dims cover
+  for (const auto& [stride, size] : dims) {
+    if (stride < span) return true;
+    span = stride * size;
+  }
   return false;
 }
 

@@ -11,6 +11,7 @@
 #include "aten_bridge.h"
 #include "device_context.h"
 #include "generated_lowering.h"
+#include "memory_overlap.h"
 
 namespace vtpu::bridge {
 namespace {
@@ -98,6 +99,15 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   // got to the task, so peak memory and buffer reuse (which fused windows see)
   // depended on timing.
   if (src_on_device && dst_on_device) {
+    // ATen's overlap rules for copy_, at the call as on the CPU: the queued
+    // copy's aliases are separate storages, which its own checks would take
+    // for unrelated memory (t[100:].copy_(t[:-100]) chained the values).
+    TORCH_CHECK(!writes_a_location_twice(dst),
+                "unsupported operation: more than one element of the written-to tensor refers to a single memory "
+                "location. Please clone() the tensor before performing the operation.");
+    TORCH_CHECK(!aten_refuses_overlap(dst, self),
+                "unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                "single memory location. Please clone() the tensor before performing the operation.");
     if (launch_generated_copy(dst, self)) return dst;
     context.launch([src = cpu_alias(self), to = cpu_alias(dst)]() mutable { to.copy_(src); });
     return dst;

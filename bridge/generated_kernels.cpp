@@ -479,6 +479,15 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
   if (may_overlap_itself(out)) return false;
   for (const at::Tensor& t : inputs)
     if (t.device().type() == kVtpu && partly_overlaps(out, t)) return false;
+  // Argument checks of ATen's functions that the IR does not make (found by
+  // review): subtraction of bool tensors, abs of bool, integers to a
+  // negative scalar power. ATen's kernel raises the CPU's error.
+  const auto is_bool = [](const at::Tensor& t) { return t.scalar_type() == at::kBool; };
+  if (op == ir::OpKind::Sub && std::any_of(inputs.begin(), inputs.end(), is_bool)) return false;
+  if (op == ir::OpKind::Abs && is_bool(out)) return false;
+  if (op == ir::OpKind::Pow && at::isIntegralType(out.scalar_type(), /*includeBool=*/true) && inputs.size() == 2 &&
+      is_host_scalar(inputs[1]) && host_scalar(inputs[1]).toDouble() < 0)
+    return false;
   for (const at::Tensor& t : inputs)
     if (!to_ir(t.scalar_type()) || t.is_conj() || t.is_neg()) return false;
   // When an elementwise op's tensors are all contiguous with the output's

@@ -72,3 +72,29 @@ def test_max_and_min_of_no_elements_raise_the_cpus_error(mode):
         # With elements, and along a dim of an empty tensor, as the CPU.
         assert torch.max(torch.arange(5.0).to("vtpu")).item() == 4.0
         assert torch.amax(torch.empty(0, 3).to("vtpu"), 1).shape == (0,)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_argument_checks_of_atens_functions_raise_the_cpus_errors(mode):
+    # Checks the generated kernels' IR does not make (found by review: these
+    # computed): subtracting bool tensors, abs of bool, integers to a
+    # negative power; the exception types are the CPU's.
+    def calls(dev):
+        b = torch.tensor([True, False, True]).to(dev)
+        h = torch.ones(3, dtype=torch.half).to(dev)
+        i = torch.tensor([1, 2, -1, 0]).to(dev)
+        yield RuntimeError, lambda: torch.sub(b, h, out=torch.empty(3, dtype=torch.half).to(dev))
+        yield RuntimeError, lambda: torch.pow(i, -1, out=torch.empty(4, dtype=torch.long).to(dev))
+        yield NotImplementedError, lambda: torch.abs(b)
+
+    with torch_vtpu.mode(mode):
+        for (error, cpu_call), (_, vtpu_call) in zip(calls("cpu"), calls("vtpu")):
+            with pytest.raises(error) as cpu_error:
+                cpu_call()
+            with pytest.raises(error) as vtpu_error:
+                vtpu_call()
+                torch.vtpu.synchronize()
+            assert str(cpu_error.value).splitlines()[0][:40] in str(vtpu_error.value)
+        # What the CPU computes still runs: an integer square, a half difference.
+        i = torch.tensor([1, 2, -1, 0])
+        assert torch.equal(torch.pow(i.to("vtpu"), 2).cpu(), torch.pow(i, 2))

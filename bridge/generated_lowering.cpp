@@ -45,13 +45,6 @@ ir::Attributes threshold_at_2(Args a) { return {{"threshold", a[2].toScalar().to
 ir::Attributes gelu_approximate(Args a) { return {{"approximate", a[1].toStringRef()}}; }
 ir::Attributes value_at_3(Args a) { return {{"value", a[3].toScalar().toDouble()}}; }
 
-// A Scalar argument as the wrapped-number tensor ATen would make of it.
-at::Tensor wrapped(const c10::Scalar& value) {
-  at::Tensor t = at::scalar_to_tensor(value);
-  t.unsafeGetTensorImpl()->set_wrapped_number(true);
-  return t;
-}
-
 // pow(x, e) of a floating x by a number e that ATen's kernel special-cases
 // (PowKernel: x for 1, x * x for 2, sqrt for 0.5, 1 / sqrt for -0.5, 1 / x
 // for -1) as that op, whose generated code is the same expression, so the
@@ -293,7 +286,7 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
       if (!length) return {};
       if (out.numel() != *length) out.resize_({*length});
       if (!out.is_contiguous()) return {};
-      return launch_generated_indexed(OpKind::Arange, out, {wrapped(a[0].toScalar()), wrapped(a[2].toScalar())},
+      return launch_generated_indexed(OpKind::Arange, out, {wrapped_number(a[0].toScalar()), wrapped_number(a[2].toScalar())},
                                       {{"size", *length}, {"dtype", *to_ir_dtype(dtype)}});
     }));
     // Reductions with a statistic: the stats kernels' launch scalars.
@@ -426,6 +419,12 @@ FoundLowering find_lowering(const c10::OperatorHandle& op) {
   return f;
 }
 
+at::Tensor wrapped_number(const c10::Scalar& value) {
+  at::Tensor t = at::scalar_to_tensor(value);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
 bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const std::size_t num_args = schema.arguments().size();
@@ -445,12 +444,12 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
   std::vector<at::Tensor> operands;
   for (int position : lowering.operands) {
     if (position == -1) {  // the constant -inf (isneginf)
-      operands.push_back(wrapped(c10::Scalar(-std::numeric_limits<double>::infinity())));
+      operands.push_back(wrapped_number(c10::Scalar(-std::numeric_limits<double>::infinity())));
       continue;
     }
     const c10::IValue& arg = args[static_cast<std::size_t>(position)];
     if (arg.isTensor()) operands.push_back(arg.toTensor());
-    else if (arg.isScalar()) operands.push_back(wrapped(arg.toScalar()));
+    else if (arg.isScalar()) operands.push_back(wrapped_number(arg.toScalar()));
     else return false;
   }
   if (lowering.accepts && !lowering.accepts(operands)) return false;
@@ -558,7 +557,7 @@ bool launch_generated_fill(const at::Tensor& self, const c10::Scalar& value) {
   const bool floating = at::isFloatingType(self.scalar_type());
   if (!floating && std::abs(converted) > 9007199254740992.0) return false;
   const c10::Scalar exact = floating ? c10::Scalar(converted) : c10::Scalar(static_cast<std::int64_t>(converted));
-  return launch_generated_indexed(OpKind::Fill, self, {wrapped(exact)},
+  return launch_generated_indexed(OpKind::Fill, self, {wrapped_number(exact)},
                                   {{"sizes", self.sizes().vec()}, {"dtype", *dtype}})
       .defined();
 }

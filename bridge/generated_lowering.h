@@ -12,6 +12,10 @@ namespace vtpu::bridge {
 // holds its results. False leaves the stack untouched.
 bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// A Scalar argument as the wrapped-number tensor ATen makes of it (0-dim, on
+// the CPU): the form in which generated launches take Python numbers.
+at::Tensor wrapped_number(const c10::Scalar& value);
+
 // The bridge's native fill_/zero_ and device-to-device copy_ on generated
 // kernels. False, having queued nothing, when the case stays on ATen's kernel.
 bool launch_generated_fill(const at::Tensor& self, const c10::Scalar& value);

@@ -46,6 +46,11 @@ class VtpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
               const c10::EventFlag) const override {
     check_index(index);
     if (*event == nullptr) *event = new runtime::Event(/*enable_timing=*/true);
+    // Fused mode: the event marks everything issued before it, so the
+    // pending window goes to the stream first (an event recorded past
+    // unflushed work completed before that work ran: a timing of it with
+    // start/end events measured nothing).
+    DeviceContext::get().flush_window("event_record");
     as_event(*event)->record(DeviceContext::get().stream());
   }
   void block(void*, const c10::Stream&) const override {
@@ -70,7 +75,12 @@ class VtpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
       TORCH_CHECK_WITH(ValueError, false, e.what());
     }
   }
-  bool queryStream(const c10::Stream&) const override { return DeviceContext::get().stream().query(); }
+  bool queryStream(const c10::Stream&) const override {
+    // Pending fused work is work the stream has not done; flushing it lets
+    // a loop polling query() finish (no other flush point may ever come).
+    DeviceContext::get().flush_window("stream_query");
+    return DeviceContext::get().stream().query();
+  }
   void synchronizeStream(const c10::Stream&) const override {
     DeviceContext::get().synchronize("stream_synchronize");
   }

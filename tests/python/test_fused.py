@@ -7,6 +7,7 @@ a second run, after `_wait_for_fusion_compiles()`.
 """
 import copy
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -407,6 +408,44 @@ def test_backward_on_autograd_thread_matches_strict():
     with torch_vtpu.mode("strict"):
         strict = run()
     assert torch.equal(fused, strict)
+
+
+def _device_seconds():
+    return sum(torch_vtpu.metrics()["device_time_s"].values())
+
+
+def test_an_event_marks_the_pending_window_work():
+    """start/end events around fused work time that work: recording an event
+    flushes the window first (the marker went in ahead of unflushed work, so
+    the end event completed before the work had run)."""
+    torch_vtpu.set_mode("fused")
+    x = torch.randn(256, 256).to("vtpu")
+    torch.vtpu.synchronize()
+    before = _device_seconds()
+    start, end = torch.Event(device="vtpu", enable_timing=True), torch.Event(device="vtpu", enable_timing=True)
+    start.record()
+    y = (x * 2 + 1).sin()  # pending in the window
+    end.record()
+    end.synchronize()
+    assert _device_seconds() > before  # the work ran before the end marker completed
+    assert start.elapsed_time(end) > 0
+    torch.testing.assert_close(y.cpu(), (x.cpu() * 2 + 1).sin())
+
+
+def test_polling_the_stream_finishes_pending_window_work():
+    torch_vtpu.set_mode("fused")
+    x = torch.randn(256, 256).to("vtpu")
+    torch.vtpu.synchronize()
+    before = _device_seconds()
+    y = x * 3 - 1  # pending in the window
+    stream = torch.vtpu.current_stream()
+    deadline = time.monotonic() + 30
+    while not stream.query():
+        assert time.monotonic() < deadline, "stream.query() never became True"
+        time.sleep(0.001)
+    # query() was True only once the pending work had run.
+    assert _device_seconds() > before
+    assert torch.equal(y.cpu(), x.cpu() * 3 - 1)
 
 
 def test_mode_change_flushes_the_window():

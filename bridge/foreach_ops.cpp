@@ -119,10 +119,17 @@ ir::Attributes alpha_attr(const at::Scalar& alpha) { return {{"alpha", alpha.toD
 ir::Attributes value_attr(const at::Scalar& value) { return {{"value", value.toDouble()}}; }
 
 // In place: tensor i through its generated launch, else its per-tensor op.
+// A launched tensor's version is bumped here, after the launch, as ATen's
+// in-place view-tracking kernel does for the per-tensor op (a foreach op has
+// no such kernel of its own: ATen's generic foreach gets the bumps from its
+// per-tensor calls, CUDA's fused kernels bump explicitly). Without it autograd
+// missed in-place updates of tensors saved for backward.
 template <class Launch, class PerTensor>
 void each_in_place(TensorList self, Launch launch, PerTensor per_tensor) {
-  for (std::size_t i = 0; i < self.size(); ++i)
-    if (!launch(i, self[i])) per_tensor(i);
+  for (std::size_t i = 0; i < self.size(); ++i) {
+    if (launch(i, self[i])) self[i].unsafeGetTensorImpl()->bump_version();
+    else per_tensor(i);
+  }
 }
 
 // Out of place: a fresh result of self[i]'s geometry and dtype per tensor.

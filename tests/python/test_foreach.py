@@ -265,3 +265,22 @@ def test_foreach_adamw_fuses_one_kernel_per_parameter():
     after = torch_vtpu.metrics()
     assert after["fused_kernels"] - before["fused_kernels"] == len(ps)
     assert after["kernels_launched"] - before["kernels_launched"] == len(ps)
+
+
+def test_in_place_foreach_bumps_versions_as_on_the_cpu():
+    """Autograd's in-place checks see foreach updates: each in-place foreach
+    call bumps each tensor's version once, as ATen's per-tensor ops do."""
+    for dev in ("cpu", "vtpu"):
+        ps = [torch.ones(3, device=dev) for _ in range(2)]
+        torch._foreach_mul_(ps, 2.0)
+        torch._foreach_addcdiv_(ps, ps, ps, [0.5, 0.5])
+        torch._foreach_lerp_(ps, [p * 2 for p in ps], 0.5)
+        torch._foreach_sqrt_(ps)
+        torch._foreach_add_(ps, ps, alpha=0.5)
+        assert [p._version for p in ps] == [5, 5], dev
+    x = torch.ones(3, device="vtpu", requires_grad=True)
+    y = x * 1
+    z = (y * y).sum()  # saves y
+    torch._foreach_mul_([y], 2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.backward()

@@ -210,12 +210,19 @@ void DeviceContext::synchronize(const char* reason) {
   if (stream_->on_worker_thread()) return;
   flush_window(reason, /*count=*/false);
   const std::uint64_t target = stream_->enqueued();
-  auto wait = [&] { stream_->wait_for(target); };
+  wait_blocking([&] { stream_->wait_for(target); });
+  raise_async_error();
+}
+
+void DeviceContext::wait_blocking(const std::function<void()>& wait) {
   if (blocking_wait_wrapper()) {
     blocking_wait_wrapper()(wait);
   } else {
     wait();
   }
+}
+
+void DeviceContext::raise_async_error() {
   if (std::exception_ptr error = stream_->take_error()) {
     try {
       std::rethrow_exception(error);

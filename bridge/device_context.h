@@ -99,6 +99,12 @@ class DeviceContext {
   // Waits for the stream and raises the first asynchronous error, counting
   // the synchronisation under `reason`.
   void synchronize(const char* reason);
+  // Runs `wait` (a blocking wait on the stream) with the GIL released when
+  // held: a queued task may need it.
+  void wait_blocking(const std::function<void()>& wait);
+  // Re-raises the first error of an asynchronous kernel, if any, as the op's
+  // own exception annotated with its call site (and clears it).
+  void raise_async_error();
 
   // Enqueues `kernel` as launch() does but without flushing the fused
   // window: the window's own flush uses it. Does not count a kernel.

@@ -50,8 +50,16 @@ class VtpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     // pending window goes to the stream first (an event recorded past
     // unflushed work completed before that work ran: a timing of it with
     // start/end events measured nothing).
-    DeviceContext::get().flush_window("event_record");
-    as_event(*event)->record(DeviceContext::get().stream());
+    DeviceContext& context = DeviceContext::get();
+    context.flush_window("event_record");
+    as_event(*event)->record(context.stream());
+    // Debug mode runs every op before it returns: an event recorded after
+    // them is complete at once (query() true, elapsed_time usable), not when
+    // the stream's worker reaches the marker.
+    if (context.mode() == Mode::kDebug) {
+      runtime::Event* recorded = as_event(*event);
+      context.wait_blocking([recorded] { recorded->synchronize(); });
+    }
   }
   void block(void*, const c10::Stream&) const override {
     // Single in-order stream: anything enqueued after the wait already runs
@@ -64,7 +72,15 @@ class VtpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     delete as_event(event);
   }
   void synchronizeEvent(void* event) const override {
-    if (event != nullptr) as_event(event)->synchronize();
+    DeviceContext& context = DeviceContext::get();
+    if (event != nullptr) {
+      runtime::Event* recorded = as_event(event);
+      context.wait_blocking([recorded] { recorded->synchronize(); });
+    }
+    // A synchronisation point like stream and device synchronize: a kernel
+    // that failed asynchronously raises here (CUDA's event synchronize
+    // reports earlier asynchronous errors too).
+    context.raise_async_error();
   }
   double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
     TORCH_CHECK_WITH(ValueError, start != nullptr && end != nullptr,

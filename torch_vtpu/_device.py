@@ -65,6 +65,13 @@ def is_initialized() -> bool:
     return True
 
 
+# The device is ready at import. torch.utils.checkpoint saves and restores a
+# device's RNG state only when its module says `_initialized` (as torch.cuda
+# does after lazy init): without it dropout inside a checkpoint drew a new mask
+# on recomputation and the gradients were wrong.
+_initialized = True
+
+
 def _lazy_init() -> None:
     return None
 

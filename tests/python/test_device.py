@@ -130,6 +130,38 @@ def test_events_record_query_elapsed():
     assert start.elapsed_time(end) >= 0.0
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_event_synchronize_raises_a_pending_kernel_error(mode):
+    """An event wait is a synchronisation point like stream and device
+    synchronize: a kernel that failed asynchronously raises there (it
+    returned normally and the error surfaced only at a later sync)."""
+    torch_vtpu.set_mode(mode)
+    x = torch.ones(8, device="vtpu")
+    x[torch.tensor([0, 99], device="vtpu")]  # out of range: raised asynchronously
+    event = torch.Event(device="vtpu")
+    event.record()
+    with pytest.raises(IndexError, match="out of bounds"):
+        event.synchronize()
+    torch.vtpu.synchronize()  # raised once, then cleared: the device is usable
+    assert (x + 1).sum().item() == 16
+
+
+def test_debug_mode_events_complete_when_recorded():
+    """Debug mode runs each op before it returns, so an event recorded after
+    them is already complete: query() is true and elapsed_time works without
+    a wait (the marker used to wait for the stream's worker)."""
+    torch_vtpu.set_mode("debug")
+    x = torch.ones(256, 256, device="vtpu")
+    start = torch.Event(device="vtpu", enable_timing=True)
+    end = torch.Event(device="vtpu", enable_timing=True)
+    start.record()
+    y = x @ x
+    end.record()
+    assert end.query()
+    assert start.elapsed_time(end) >= 0.0
+    assert y[0, 0].item() == 256
+
+
 def test_autocast_bfloat16_matches_cpu_autocast():
     torch.manual_seed(0)
     m = torch.nn.Linear(8, 4)

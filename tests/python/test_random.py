@@ -55,3 +55,28 @@ def test_explicit_generator():
     a = torch.randn(4, device="vtpu", generator=g).cpu()
     g.manual_seed(1)
     assert torch.equal(a, torch.randn(4, device="vtpu", generator=g).cpu())
+
+
+@pytest.mark.parametrize("mode", ["debug", "strict", "fused"])
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_checkpoint_recomputes_dropout_with_the_same_mask(mode, use_reentrant):
+    """torch.utils.checkpoint restores the device RNG state before recomputing,
+    so dropout draws the forward's mask again and the gradients equal those of
+    the same program without checkpointing (it drew a new mask: wrong grads)."""
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
+
+    torch_vtpu.set_mode(mode)
+    w = torch.randn(32, 32).to("vtpu")
+
+    def block(t):
+        return F.dropout(torch.tanh(t @ w), 0.5, training=True)
+
+    grads = []
+    for checkpointed in (True, False):
+        torch.manual_seed(0)
+        x = torch.randn(8, 32).to("vtpu").requires_grad_()
+        y = checkpoint(block, x, use_reentrant=use_reentrant, preserve_rng_state=True) if checkpointed else block(x)
+        y.sum().backward()
+        grads.append(x.grad.cpu())
+    assert torch.equal(grads[0], grads[1])

@@ -1,8 +1,11 @@
-// Adapter from the engine's caching allocator to c10::Allocator, registered
-// for PrivateUse1: every vtpu storage, torch.UntypedStorage(..., device="vtpu")
-// included, is served by it.
+// Adapter from the engine's caching allocator to c10::DeviceAllocator,
+// registered for PrivateUse1: every vtpu storage, torch.UntypedStorage(...,
+// device="vtpu") included, is served by it, and torch.accelerator's memory
+// functions (memory_allocated, memory_stats, empty_cache, the resets,
+// get_memory_info) read and drive it as torch.vtpu's do.
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
 
 #include <cstring>
@@ -16,7 +19,18 @@ namespace {
 
 void free_device_memory(void* ptr) { DeviceContext::get().allocator().deallocate(ptr); }
 
-class DeviceAllocator final : public c10::Allocator {
+void check_device_index(c10::DeviceIndex device) {
+  TORCH_CHECK_WITH(ValueError, device == 0 || device == -1, "vtpu: invalid device index ",
+                   static_cast<int>(device), "; this process has 1 vtpu device (vtpu:0)");
+}
+
+void set_gauge(c10::CachingAllocator::StatArray& stat, std::size_t current, std::size_t peak) {
+  auto& all = stat[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  all.current = static_cast<int64_t>(current);
+  all.peak = static_cast<int64_t>(peak);
+}
+
+class DeviceAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     void* ptr = nullptr;
@@ -37,6 +51,57 @@ class DeviceAllocator final : public c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     DeviceContext::get().synchronize("storage_copy");
     std::memcpy(dest, src, count);
+  }
+
+  bool initialized() override { return true; }
+
+  void emptyCache(c10::MempoolId_t) override {
+    // Queued kernels may still use freed blocks; they return to the cache
+    // when done (as torch.vtpu.empty_cache()).
+    DeviceContext::get().synchronize("empty_cache");
+    DeviceContext::get().allocator().empty_cache();
+  }
+
+  // One in-order stream: a block is reused only by work queued after it.
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+
+  // The engine's gauges as the aggregate entries of CUDA's layout (what
+  // torch.accelerator.memory_stats() flattens: "allocated_bytes.all.current",
+  // ...). The engine does not split small and large pools or track
+  // inactive splits; those entries stay zero.
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    check_device_index(device);
+    const runtime::AllocatorStats s = DeviceContext::get().allocator().stats();
+    c10::CachingDeviceAllocator::DeviceStats d;
+    set_gauge(d.allocated_bytes, s.allocated_bytes, s.peak_allocated_bytes);
+    set_gauge(d.active_bytes, s.allocated_bytes, s.peak_allocated_bytes);
+    set_gauge(d.requested_bytes, s.allocated_bytes, s.peak_allocated_bytes);
+    set_gauge(d.reserved_bytes, s.reserved_bytes, s.peak_reserved_bytes);
+    auto& allocation = d.allocation[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    allocation.allocated = static_cast<int64_t>(s.allocations);
+    allocation.freed = static_cast<int64_t>(s.frees);
+    allocation.current = static_cast<int64_t>(s.allocations - s.frees);
+    d.num_ooms = static_cast<int64_t>(s.out_of_memory);
+    return d;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check_device_index(device);
+    DeviceContext::get().allocator().reset_accumulated_stats();
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    check_device_index(device);
+    DeviceContext::get().allocator().reset_peak_stats();
+  }
+
+  // (free, total): the capacity (VTPU_MEMORY_LIMIT or a share of RAM) less
+  // what the allocator holds, as torch.vtpu.mem_get_info().
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    check_device_index(device);
+    const std::size_t total = DeviceContext::get().allocator().capacity();
+    const std::size_t reserved = DeviceContext::get().allocator().stats().reserved_bytes;
+    return {total > reserved ? total - reserved : 0, total};
   }
 };
 

@@ -38,6 +38,38 @@ def test_empty_cache_releases_reserved():
     assert torch.vtpu.memory_reserved() == torch.vtpu.memory_allocated()
 
 
+def test_torch_accelerator_memory_functions_read_and_drive_the_vtpu_allocator():
+    """torch.accelerator's device-generic memory API works on vtpu (it hit an
+    internal assert: the allocator was not a c10::DeviceAllocator) and agrees
+    with torch.vtpu's."""
+    acc = torch.accelerator
+    torch.vtpu.synchronize()
+    before = acc.memory_allocated()
+    assert before == torch.vtpu.memory_allocated()
+    x = torch.empty(1024, 1024, device="vtpu")  # 4 MiB
+    assert acc.memory_allocated() >= before + 4 * 2**20
+    assert acc.memory_allocated() == torch.vtpu.memory_allocated()
+    stats = acc.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.vtpu.memory_allocated()
+    assert stats["reserved_bytes.all.current"] == torch.vtpu.memory_reserved()
+    assert stats["allocation.all.allocated"] >= 1
+    del x
+    torch.vtpu.synchronize()
+    assert acc.memory_allocated() == before
+    assert acc.max_memory_allocated() >= before + 4 * 2**20
+    acc.reset_peak_memory_stats()
+    assert acc.max_memory_allocated() == acc.memory_allocated()
+    acc.reset_accumulated_memory_stats()
+    assert acc.memory_stats()["allocation.all.allocated"] == 0
+    assert acc.memory_reserved() > acc.memory_allocated()  # the 4 MiB block is cached
+    acc.empty_cache()
+    assert acc.memory_reserved() == acc.memory_allocated()
+    free, total = acc.get_memory_info()
+    assert (free, total) == torch.vtpu.mem_get_info()
+    with pytest.raises(ValueError, match="invalid device index"):
+        acc.memory_allocated(1)
+
+
 def test_zero_size_tensors():
     x = torch.empty(0, 3, device="vtpu")
     assert x.shape == (0, 3)

@@ -167,6 +167,14 @@ void Allocator::reset_peak_stats() {
   stats_.peak_reserved_bytes = stats_.reserved_bytes;
 }
 
+void Allocator::reset_accumulated_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.allocations = 0;
+  stats_.frees = 0;
+  stats_.cache_hits = 0;
+  stats_.out_of_memory = 0;
+}
+
 std::size_t Allocator::capacity() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return capacity_;

@@ -51,6 +51,9 @@ class Allocator {
   void empty_cache();
   AllocatorStats stats() const;
   void reset_peak_stats();
+  // Zeroes the counters (allocations, frees, cache hits, out-of-memory
+  // refusals); the byte gauges and their peaks are left as they are.
+  void reset_accumulated_stats();
   std::size_t capacity() const;
   void set_capacity(std::size_t capacity_bytes);
   bool owns(const void* ptr) const;

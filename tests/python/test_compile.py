@@ -792,3 +792,40 @@ def test_channels_last_cnn_compiles_and_trains_like_cpu():
             torch.testing.assert_close(p.grad.cpu(), ref.grad, rtol=1e-4, atol=1e-5)
             p.grad = None
             ref.grad = None
+
+
+def test_sizes_and_int_arguments_as_tensor_operands():
+    """A graph value that is a number (a size made dynamic, an int argument)
+    feeding a Tensor argument: the native program pushed the raw int where
+    the op wanted a Tensor (RuntimeError from the second call on, when Dynamo
+    made the size or the int symbolic); such graphs keep the Python program."""
+    per_size = torch.compile(lambda x: x * x.shape[0], backend="vtpu")
+    for n in (3, 5, 7):
+        assert torch.equal(per_size(torch.ones(n, device="vtpu")).cpu(), torch.full((n,), float(n)))
+    scaled = torch.compile(lambda x, k: x * k, backend="vtpu")
+    x = torch.ones(3, device="vtpu")
+    for k in (2, 3, 4):
+        assert torch.equal(scaled(x, k).cpu(), torch.full((3,), float(k)))
+    mean = torch.compile(lambda x: x.sum() / x.shape[0], backend="vtpu", dynamic=True)
+    assert mean(torch.ones(4, device="vtpu")).item() == 1.0
+    assert mean(torch.full((6,), 2.0, device="vtpu")).item() == 2.0
+
+
+def test_python_implemented_ops_keep_the_python_program():
+    """Dynamo makes addcmul_(..., value=v) a prims.fma call, a Python kernel
+    that gets the native program's wrapped numbers back as floats and refused
+    them; a compiled single-tensor AdamW step raised the same way."""
+    f = torch.compile(lambda a, b, c: a.addcmul_(b, c, value=0.5), backend="vtpu")
+    a, b, c = [torch.full((4,), float(i + 1), device="vtpu") for i in range(3)]
+    f(a, b, c)
+    assert torch.equal(a.cpu(), torch.full((4,), 4.0))
+    results = []
+    for device in ("vtpu", "cpu"):
+        p = torch.nn.Parameter(torch.linspace(-1, 1, 8, device=device))
+        p.grad = torch.linspace(0.5, -0.5, 8, device=device)
+        opt = torch.optim.AdamW([p], lr=0.1, foreach=False)
+        step = torch.compile(opt.step, backend="vtpu") if device == "vtpu" else opt.step
+        for _ in range(3):
+            step()
+        results.append(p.detach().cpu())
+    torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-6)

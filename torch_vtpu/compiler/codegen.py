@@ -164,6 +164,23 @@ def build_native(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: 
         return None
 
 
+def _number_as_tensor(n: fx.Node) -> bool:
+    """Whether a graph value that is a number (a symbolic size, an int or float
+    input) feeds a Tensor argument: `x * x.shape[0]` once the size is dynamic.
+    The Python program passes it as a Python number, which the op's binding
+    wraps; the native program would push the raw number where the schema wants
+    a Tensor."""
+    arguments = n.target._schema.arguments
+    by_name = {a.name: a for a in arguments}
+    pairs = list(zip(arguments, n.args)) + [(by_name[k], v) for k, v in n.kwargs.items()]
+    for argument, value in pairs:
+        if not isinstance(value, fx.Node) or not isinstance(argument.type, torch._C.TensorType):
+            continue
+        if not isinstance(value.meta.get("val"), torch.Tensor):
+            return True
+    return False
+
+
 def _native(gm, order, memory_planning, program_type, ends) -> Callable:
     slots: Dict[fx.Node, int] = {}
     constants: Dict[fx.Node, Any] = {}
@@ -206,9 +223,16 @@ def _native(gm, order, memory_planning, program_type, ends) -> Callable:
             if any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool))
                    for v in _leaves(n.meta.get("val"))):
                 raise _Unsupported("symbolic result")
+            # Ops implemented in Python (prims such as the fma Dynamo makes of
+            # addcmul_(..., value=v)) would get the program's wrapped-number
+            # tensors back as Python floats and reject them.
+            if n.target.namespace != "aten":
+                raise _Unsupported(f"not an ATen op: {n.format_node()}")
             known = {a.name for a in n.target._schema.arguments}
             if any(k not in known for k in n.kwargs):
                 raise _Unsupported(f"keyword not in the schema: {n.format_node()}")
+            if _number_as_tensor(n):
+                raise _Unsupported(f"a size or number value as a tensor operand: {n.format_node()}")
             slots[n] = len(slots)
             name, overload = str(n.target._schema.name), n.target._overloadname
             instructions.append(("call", name, "" if overload == "default" else overload,

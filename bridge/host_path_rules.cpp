@@ -51,8 +51,9 @@ HostResult embedding_bag_result(bool forward_only, std::size_t result, const Sta
 // Where ATen's meta and CPU kernels disagree about a result, the device must
 // give what the CPU kernel gives:
 // - the normalisation ops return their statistics (results after the first)
-//   in the input's reduced precision on the CPU; their meta kernels say
-//   float32 (what CUDA returns);
+//   in the input's reduced precision on the CPU when the parameters share
+//   it, in float32 for float32 parameters; their meta kernels say float32
+//   (what CUDA returns), group norm's the input's type;
 // - batch norm in evaluation mode returns empty statistics on the CPU; its
 //   meta kernel gives them the channel count.
 HostResult host_result(const c10::OperatorHandle& op, std::size_t result, const at::Tensor& meta_out,
@@ -75,14 +76,44 @@ HostResult host_result(const c10::OperatorHandle& op, std::size_t result, const 
     if (channels_last(input) || channels_last(weight)) host.memory_format = at::MemoryFormat::ChannelsLast;
     return host;
   }
+  // Group and layer norm backward (grad_out, input, ...): the CPU gives the
+  // input gradient the input's type and the parameter gradients the
+  // weight's; group norm's meta kernel says float32 for all three, which
+  // for a bf16/half input the CPU kernel refused as out tensor.
+  if ((name == "aten::native_group_norm_backward" || name == "aten::native_layer_norm_backward") &&
+      stack.size() > first + 1 && stack[first + 1].isTensor()) {
+    const std::size_t weight_at = first + (name == "aten::native_group_norm_backward" ? 4 : 5);
+    if (result == 0) {
+      host.dtype = stack[first + 1].toTensor().scalar_type();
+    } else if (weight_at < stack.size() && stack[weight_at].isTensor() && stack[weight_at].toTensor().defined()) {
+      host.dtype = stack[weight_at].toTensor().scalar_type();
+    }
+    return host;
+  }
   if (result == 0 || !stack[first].isTensor()) return host;
   if ((name == "aten::_embedding_bag" || name == "aten::_embedding_bag_forward_only") && result <= 3 &&
       stack.size() >= first + 9)
     return embedding_bag_result(name == "aten::_embedding_bag_forward_only", result, stack, first);
   if (!norms.count(name)) return host;
   const auto input_dtype = stack[first].toTensor().scalar_type();
-  if (meta_out.scalar_type() == at::kFloat && (input_dtype == at::kBFloat16 || input_dtype == at::kHalf))
-    host.dtype = input_dtype;
+  // Mixed precision (a bf16/half input with float32 weight, bias or running
+  // statistics, as autocast leaves a BatchNorm after a convolution): the CPU
+  // keeps float32 statistics, as the meta kernel says (its kernels take the
+  // parameters' type); only an input and parameters of one reduced type give
+  // reduced statistics. Making them reduced there too made the CPU kernel
+  // refuse its outputs.
+  bool float_parameters = false;
+  const std::size_t num_arguments = op.schema().arguments().size();
+  for (std::size_t i = first + 1; i < first + num_arguments && i < stack.size(); ++i)
+    if (stack[i].isTensor() && stack[i].toTensor().defined() && stack[i].toTensor().scalar_type() == at::kFloat)
+      float_parameters = true;
+  // (Group norm's meta kernel says the input's type even for float32
+  // parameters; only floating statistics are touched, not batch norm's
+  // byte-typed reserve.)
+  const auto meta_dtype = meta_out.scalar_type();
+  if ((input_dtype == at::kBFloat16 || input_dtype == at::kHalf) &&
+      (meta_dtype == at::kFloat || meta_dtype == input_dtype))
+    host.dtype = float_parameters ? at::kFloat : input_dtype;
   const bool batch_norm_with_stats = (name == "aten::native_batch_norm" ||
                                       (name == "aten::_native_batch_norm_legit" &&
                                        op.operator_name().overload_name.empty()));

@@ -168,3 +168,44 @@ def test_no_temporaries_beyond_the_result():
             peak = torch.vtpu.max_memory_allocated() - base
         assert peak <= nbytes + 64 * 1024, f"{mode}: peak {peak} for an input of {nbytes} bytes"
         del y
+
+
+@pytest.mark.parametrize("mode", ["debug", "strict", "fused"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reduced_precision_input_with_float32_parameters_matches_cpu(mode, dtype):
+    """A bf16/half input with float32 weight, bias or running statistics (what
+    autocast leaves a BatchNorm after a convolution): the CPU keeps the
+    statistics in float32; the device made them reduced and the CPU kernel
+    refused its outputs (layer, batch, instance and group norm raised)."""
+    import copy
+
+    import torch.nn.functional as F
+
+    torch_vtpu.set_mode(mode)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 5, generator=g).to(dtype)
+    w, b = torch.randn(5, generator=g), torch.randn(5, generator=g)
+    results = {}
+    for dev in ("cpu", "vtpu"):
+        X = x.detach().clone().to(dev).requires_grad_()
+        W, B = w.detach().clone().to(dev).requires_grad_(), b.detach().clone().to(dev).requires_grad_()
+        rm, rv = torch.zeros(4, device=dev), torch.ones(4, device=dev)
+        outs = [F.layer_norm(X, (5,), W, B), F.batch_norm(X, rm, rv, W[:4], B[:4], training=True),
+                F.group_norm(X, 2, W[:4], B[:4]), F.instance_norm(X, weight=W[:4], bias=B[:4])]
+        stats = [torch.ops.aten.native_layer_norm(X.detach(), (5,), W.detach(), B.detach(), 1e-5)[1],
+                 torch.ops.aten.native_group_norm(X.detach(), W.detach()[:4], B.detach()[:4], 3, 4, 5, 2, 1e-5)[1]]
+        sum(o.float().sum() for o in outs).backward()
+        results[dev] = [t.detach().cpu() for t in outs + stats + [rm, rv, X.grad, W.grad, B.grad]]
+    for got, want in zip(results["vtpu"], results["cpu"]):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    # autocast around Conv2d + BatchNorm2d trains as on the CPU
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    grads = []
+    for dev in ("cpu", "vtpu"):
+        model = copy.deepcopy(net).to(dev)
+        with torch.autocast(dev, dtype=torch.bfloat16):
+            y = model(torch.randn(4, 3, 5, 5, generator=torch.Generator().manual_seed(1)).to(dev))
+        y.float().sum().backward()
+        grads.append(model[0].weight.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0], rtol=5e-2, atol=5e-2)

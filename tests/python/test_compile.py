@@ -829,3 +829,29 @@ def test_python_implemented_ops_keep_the_python_program():
             step()
         results.append(p.detach().cpu())
     torch.testing.assert_close(results[0], results[1], rtol=1e-5, atol=1e-6)
+
+
+def test_random_ops_inside_a_compiled_checkpoint_replay_their_rng_state():
+    """Activation checkpointing under torch.compile wraps random ops in torch's
+    run_and_save_rng_state / run_with_rng_state, which had no vtpu kernel
+    ("Backend not supported for vtpu"); the recomputed dropout must draw the
+    forward's mask: values and gradients equal the same block compiled
+    without the checkpoint, from the same seed."""
+    from torch.utils.checkpoint import checkpoint
+
+    w = torch.randn(16, 16).to("vtpu")
+
+    def block(t):
+        return F.dropout(torch.tanh(t @ w), 0.5, training=True) * 2
+
+    results = []
+    for checkpointed in (True, False):
+        fn = (lambda x: checkpoint(block, x, use_reentrant=False)) if checkpointed else block
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(4)).to("vtpu").requires_grad_()
+        torch.manual_seed(0)
+        y = torch.compile(fn, backend="vtpu")(x)
+        y.sum().backward()
+        results.append((y.detach().cpu(), x.grad.cpu()))
+    assert torch.equal(results[0][0], results[1][0])
+    assert torch.equal(results[0][1], results[1][1])
+    assert (results[0][0] == 0).any()  # dropout did drop

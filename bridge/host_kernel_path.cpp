@@ -493,7 +493,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   // to be abandoned and the functional op run instead: small written
   // arguments are snapshotted before the out= call and restored then.
   if (all_fresh_single_tensors && (!mutates || restorable) && !fresh.empty() &&
-      !unusable_out_variants().contains(op) && !functional_checks_more_than_out(name))
+      !unusable_out_variants().contains(op) && !out_variant_is_no_drop_in(name))
     out_op = find_out_variant(op);
   std::vector<std::size_t> written_positions = out_op && mutates ? *restorable : std::vector<std::size_t>{};
   std::vector<at::Tensor> fresh_host;
@@ -610,11 +610,14 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 // Ops whose CompositeExplicitAutograd kernel would win over a fallback: the
 // convolution ones only raise "not implemented"; the others' composites use
 // other formulas than ATen's CPU kernels (results would differ from CPU) or
-// hand the CPU kernel out= buffers it wants to resize (lstsq).
+// hand the CPU kernel out= buffers it wants to resize (lstsq, and the
+// structured losses' default-backend kernels, which call their out= overload
+// with the reduced result: the CPU's out= kernel warns "output was resized").
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"convolution_overrideable", "convolution_backward_overrideable",
                            "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
-                           "native_group_norm_backward", "addr", "linalg_lstsq"}) {
+                           "native_group_norm_backward", "addr", "linalg_lstsq", "mse_loss",
+                           "smooth_l1_loss", "huber_loss"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
   }
 }

@@ -148,7 +148,12 @@ OpSet& unusable_out_variants() {
   return ops;
 }
 
-bool functional_checks_more_than_out(const std::string& name) { return name == "aten::max" || name == "aten::min"; }
+bool out_variant_is_no_drop_in(const std::string& name) {
+  static const std::unordered_set<std::string> ops = {"aten::max",       "aten::min",
+                                                      "aten::mse_loss",  "aten::smooth_l1_loss",
+                                                      "aten::huber_loss", "aten::binary_cross_entropy"};
+  return ops.count(name) != 0;
+}
 
 // Ops found at run time to give other result shapes than their meta kernel
 // promised (see check_fresh_geometry): they run synchronously from then on,

@@ -49,10 +49,13 @@ OpSet& no_meta_ops();
 // Ops whose out= overload is no drop-in for the functional op.
 OpSet& unusable_out_variants();
 
-// Functional ops whose CPU kernel checks an argument its out= overload does
-// not ("aten::max"/"aten::min" of no elements raise; max.unary_out returns
-// the reduction's identity): they never take the out= overload.
-bool functional_checks_more_than_out(const std::string& name);
+// Functional ops whose out= overload is known to be no drop-in, so they never
+// take it: the CPU kernel of "aten::max"/"aten::min" checks for no elements
+// where max.unary_out returns the reduction's identity; the losses' out=
+// kernels (mse, smooth L1, Huber, binary cross-entropy) resize a reduced
+// out= to the unreduced shape first, with the CPU's "output was resized"
+// warning on every call.
+bool out_variant_is_no_drop_in(const std::string& name);
 // Ops whose meta kernel gives other result shapes than their CPU kernel.
 OpSet& meta_disagrees_with_cpu();
 

@@ -1,6 +1,8 @@
 """The out= contract and reductions' edge cases as the CPU has them, in every
 mode (each case was found by a review probing against the CPU, 2026-12-05,
 and fails without its fix)."""
+import warnings
+
 import pytest
 import torch
 
@@ -98,3 +100,32 @@ def test_argument_checks_of_atens_functions_raise_the_cpus_errors(mode):
         # What the CPU computes still runs: an integer square, a half difference.
         i = torch.tensor([1, 2, -1, 0])
         assert torch.equal(torch.pow(i.to("vtpu"), 2).cpu(), torch.pow(i, 2))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("loss", ["mse_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy"])
+def test_losses_with_a_reduction_compute_without_the_resize_warning(mode, loss, capfd):
+    # mse/smooth L1/Huber reached the CPU's out= kernel with the reduced result
+    # as out= (through their default-backend composite), binary cross-entropy
+    # on its first call: each warned "output ... was resized" (on stderr from
+    # the stream's thread in strict and fused mode). The CPU warns nothing.
+    torch_vtpu.set_mode(mode)
+    fn = getattr(torch.nn.functional, loss)
+    gen = torch.Generator().manual_seed(3)
+    a = torch.rand(6, 7, generator=gen, dtype=torch.float64).float()
+    b = torch.rand(6, 7, generator=gen, dtype=torch.float64).float()
+    for reduction in ["mean", "sum", "none", "mean"]:
+        x_cpu = a.clone().requires_grad_()
+        x = a.to("vtpu").requires_grad_()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = fn(x, b.to("vtpu"), reduction=reduction)
+            result.sum().backward()
+            torch.vtpu.synchronize()
+        expected = fn(x_cpu, b, reduction=reduction)
+        expected.sum().backward()
+        assert [str(w.message) for w in caught] == []
+        assert result.shape == expected.shape
+        torch.testing.assert_close(result.cpu(), expected, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(x.grad.cpu(), x_cpu.grad, rtol=1e-6, atol=1e-7)
+    assert "resized" not in capfd.readouterr().err

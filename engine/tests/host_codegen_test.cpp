@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "vtpu/compiler/kernel_library.h"
 #include "vtpu/ir/canonical.h"
+#include "vtpu/ir/half.h"
 #include "vtpu/compiler/system_compiler.h"
 #include "vtpu/ir/interpreter.h"
 #include "vtpu/runtime/error.h"
@@ -288,6 +290,85 @@ TEST(HostCodegenRuntimeScalars, AttributeValuesAreLaunchArguments) {
   for (const Case& c : cases) {
     ASSERT_EQ(c.scalars, std::vector<double>{-3.5});
     expect_matches_interpreter(c, launch(c, &threaded_for));
+  }
+  library.reset();
+}
+
+// A float16/bfloat16 op rounds an operand of another dtype to 16 bits first,
+// as ATen's CPU kernels do (half(0.5) + int32(2049) is 2048), except the
+// single-value second operand of mul/div; add's alpha is rounded too. The
+// kernels and the interpreter must agree bit for bit, and with float math
+// on the operands as ATen converts them.
+TEST(HostCodegenMixed16Bit, OperandsOfAnotherDtypeAreRoundedFirst) {
+  const std::int64_t n = 64;
+  std::vector<double> xs, ints;
+  for (std::int64_t i = 0; i < n; ++i) {
+    xs.push_back(0.5 + 0.37 * static_cast<double>(i) - 7.0);
+    ints.push_back(static_cast<double>(2049 + 3 * i));
+  }
+  struct Expectation {
+    std::string symbol;
+    ir::Graph graph;
+    std::vector<ir::Buffer> inputs;
+    std::function<float(float, float)> reference;  // on x and the operand as ATen reads it
+  };
+  std::vector<Expectation> expectations;
+  for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+    const auto to16 = [dt](float v) {
+      return dt == DType::kFloat16 ? ir::half_bits_to_float(ir::float_to_half_bits(v))
+                                   : ir::bfloat16_bits_to_float(ir::float_to_bfloat16_bits(v));
+    };
+    const auto x_type = TensorType::contiguous(dt, {n});
+    const ir::Buffer x = ir::make_buffer(dt, {n}, xs);
+    const std::string tag = dt == DType::kFloat16 ? "h" : "b";
+    {  // x + int32 tensor: the integers rounded to 16 bits
+      ir::Graph g;
+      const auto a = g.add_input(x_type);
+      const auto b = g.add_input(TensorType::contiguous(DType::kInt32, {n}));
+      g.mark_output(g.add_node(OpKind::Add, {a, b}));
+      expectations.push_back({"mx_add_int_" + tag, g, {x, ir::make_buffer(DType::kInt32, {n}, ints)},
+                              [to16](float v, float i) { return v + to16(i); }});
+    }
+    {  // x + 2049.3 (a Python number): rounded
+      ir::Graph g;
+      const auto a = g.add_input(x_type);
+      g.mark_output(g.add_node(OpKind::Add, {a, g.add_node(OpKind::Constant, {}, {{"value", 2049.3}})}));
+      expectations.push_back({"mx_add_const_" + tag, g, {x},
+                              [to16](float v, float) { return v + to16(2049.3f); }});
+    }
+    {  // x - 0.3 * x (alpha): alpha rounded
+      ir::Graph g;
+      const auto a = g.add_input(x_type);
+      g.mark_output(g.add_node(OpKind::Sub, {a, a}, {{"alpha", 0.3}}));
+      expectations.push_back({"mx_sub_alpha_" + tag, g, {x},
+                              [to16](float v, float) { return v - to16(0.3f) * v; }});
+    }
+    {  // x * 0.3 (a Python number): read at its original precision
+      ir::Graph g;
+      const auto a = g.add_input(x_type);
+      g.mark_output(g.add_node(OpKind::Mul, {a, g.add_node(OpKind::Constant, {}, {{"value", 0.3}})}));
+      expectations.push_back({"mx_mul_const_" + tag, g, {x}, [](float v, float) { return v * 0.3f; }});
+    }
+  }
+  std::vector<GeneratedKernel> kernels;
+  for (const auto& e : expectations) kernels.push_back(generate_host_kernel(e.graph, e.symbol));
+  auto& library = HostCodegenTest::library();
+  library = std::make_unique<KernelLibrary>(KernelLibrary::load(SystemCompiler().compile(host_translation_unit(kernels))));
+  for (const auto& e : expectations) {
+    const Case c{e.symbol, e.graph, e.inputs, launch_scalars(e.graph)};
+    const auto got = launch(c, nullptr);
+    const auto interpreted = ir::interpret(e.graph, e.inputs);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].bytes, interpreted[0].bytes) << e.symbol << ": kernel and interpreter differ";
+    const DType dt = e.graph.type(e.graph.outputs()[0]).dtype;
+    const auto g = ir::to_doubles(got[0]);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float x16 = static_cast<float>(ir::to_doubles(e.inputs[0])[static_cast<std::size_t>(i)]);
+      const float r = e.reference(x16, static_cast<float>(ints[static_cast<std::size_t>(i)]));
+      const float want = dt == DType::kFloat16 ? ir::half_bits_to_float(ir::float_to_half_bits(r))
+                                               : ir::bfloat16_bits_to_float(ir::float_to_bfloat16_bits(r));
+      EXPECT_EQ(static_cast<float>(g[static_cast<std::size_t>(i)]), want) << e.symbol << " at " << i;
+    }
   }
   library.reset();
 }

@@ -489,7 +489,16 @@ class Emitter {
  private:
   std::string expression(const ir::Node& node, ir::ValueId id) const {
     const char* ct = compute_type_name(node.common_dtype);
-    auto in = [&](int k) { return as(node.inputs[static_cast<std::size_t>(k)], ct); };
+    // An operand of another dtype than a 16-bit common dtype goes through
+    // the 16-bit type first, as in ATen's CPU kernels (ir::rounds_operand_to_16_bits).
+    auto to_16_bits = [&](const std::string& x) {
+      return "static_cast<" + std::string(ct) + ">(vtpu_load(vtpu_store_t<" + storage_type(node.common_dtype) +
+             ">::of(static_cast<float>(" + x + "))))";
+    };
+    auto in = [&](int k) {
+      const std::string x = as(node.inputs[static_cast<std::size_t>(k)], ct);
+      return ir::rounds_operand_to_16_bits(graph_, node, static_cast<std::size_t>(k)) ? to_16_bits(x) : x;
+    };
     const std::string a = node.inputs.size() > 0 ? in(0) : "";
     const std::string b = node.inputs.size() > 1 ? in(1) : "";
     const std::string c = node.inputs.size() > 2 ? in(2) : "";
@@ -540,7 +549,9 @@ class Emitter {
       case OpKind::Add:
       case OpKind::Sub: {
         // a + alpha * b as ATen computes it (alpha = 1 gives the same bits as a + b).
-        const std::string scaled = has_runtime_scalar(node) ? "(" + T + "(" + runtime_scalar(id) + ") * " + b + ")" : b;
+        std::string alpha = T + "(" + runtime_scalar(id) + ")";
+        if (ir::rounds_runtime_scalar_to_16_bits(node)) alpha = to_16_bits(alpha);
+        const std::string scaled = has_runtime_scalar(node) ? "(" + alpha + " * " + b + ")" : b;
         return a + (node.op == OpKind::Add ? " + " : " - ") + scaled;
       }
       case OpKind::Mul: return a + " * " + b;

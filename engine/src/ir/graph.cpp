@@ -103,4 +103,27 @@ Operand promotion_operand(const Graph& graph, ValueId id) {
   return {n.type.dtype, OperandClass::kTensor};
 }
 
+namespace {
+bool is_16_bit_float(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+}  // namespace
+
+bool rounds_operand_to_16_bits(const Graph& graph, const Node& node, std::size_t k) {
+  const OpCategory cat = category(node.op);
+  if (cat != OpCategory::kUnary && cat != OpCategory::kBinary && cat != OpCategory::kTernary) return false;
+  if (!is_16_bit_float(node.common_dtype) || k >= node.inputs.size()) return false;
+  if ((node.op == OpKind::Where && k == 0) || (node.op == OpKind::MaskedFill && k == 1)) return false;
+  const Node& operand = graph.node(node.inputs[k]);
+  if (operand.type.dtype == node.common_dtype) return false;
+  // ATen's mul and div read a second operand that is a single value (a
+  // Python number, a zero-dim tensor) at its original precision; lerp's
+  // scalar weight is no tensor operand in ATen at all.
+  if ((node.op == OpKind::Mul || node.op == OpKind::Div) && k == 1 && operand.type.rank() == 0) return false;
+  if (node.op == OpKind::Lerp && k == 2 && operand.op == OpKind::Constant) return false;
+  return true;
+}
+
+bool rounds_runtime_scalar_to_16_bits(const Node& node) {
+  return is_16_bit_float(node.common_dtype) && (node.op == OpKind::Add || node.op == OpKind::Sub);
+}
+
 }  // namespace vtpu::ir

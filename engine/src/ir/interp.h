@@ -25,6 +25,8 @@ void store_int(Buffer& b, std::int64_t offset, std::int64_t v);
 // A value converted to dtype `t`'s compute precision (float32 for the 16-bit
 // floats and float32): how an operand enters an op with common dtype t.
 double round_to_compute(DType t, double v);
+// `v` rounded to float16/bfloat16 when `t` is one (ATen's operand conversion).
+double round_to_16_bits(DType t, double v);
 
 std::vector<std::int64_t> unravel(std::int64_t linear, const std::vector<std::int64_t>& sizes);
 // Offset of an element of `t` given an index into a (possibly larger) shape
@@ -38,7 +40,9 @@ std::vector<std::vector<std::int64_t>> lanes(const TensorType& t, const std::vec
 
 // Per-family evaluators: inputs are the buffers of node.inputs.
 Buffer eval_source(const Node& node, const std::vector<const Buffer*>& in);
-Buffer eval_elementwise(const Node& node, const std::vector<const Buffer*>& in);
+// to_16_bits[k]: operand k goes through the 16-bit common dtype first
+// (ir::rounds_operand_to_16_bits).
+Buffer eval_elementwise(const Node& node, const std::vector<const Buffer*>& in, const std::vector<bool>& to_16_bits);
 Buffer eval_reduction(const Node& node, const std::vector<const Buffer*>& in);
 Buffer eval_normalization(const Node& node, const std::vector<const Buffer*>& in);
 Buffer eval_indexing(const Node& node, const std::vector<const Buffer*>& in);

@@ -134,8 +134,12 @@ Num float_op(const Node& n, const std::vector<double>& v) {
     case OpKind::IsInf: return B(std::isinf(x));
     case OpKind::IsFinite: return B(std::isfinite(x));
     case OpKind::Cast: return F(x);
-    case OpKind::Add: return F(x + a.get_double("alpha", 1.0) * y);
-    case OpKind::Sub: return F(x - a.get_double("alpha", 1.0) * y);
+    case OpKind::Add:
+    case OpKind::Sub: {
+      double alpha = a.get_double("alpha", 1.0);
+      if (rounds_runtime_scalar_to_16_bits(n)) alpha = round_to_16_bits(n.common_dtype, alpha);
+      return F(n.op == OpKind::Add ? x + alpha * y : x - alpha * y);
+    }
     case OpKind::Mul: return F(x * y);
     case OpKind::Div: {
       const std::string mode = a.get_string("rounding_mode", "");
@@ -287,7 +291,7 @@ Buffer eval_source(const Node& node, const std::vector<const Buffer*>& in) {
   }
 }
 
-Buffer eval_elementwise(const Node& node, const std::vector<const Buffer*>& in) {
+Buffer eval_elementwise(const Node& node, const std::vector<const Buffer*>& in, const std::vector<bool>& to_16_bits) {
   Buffer out = Buffer::zeros(node.type);
   const DType common = node.common_dtype;
   const bool fl = is_floating(common);
@@ -302,7 +306,8 @@ Buffer eval_elementwise(const Node& node, const std::vector<const Buffer*>& in) 
         fv[k] = load_bool(b, off) ? 1.0 : 0.0;
         iv[k] = load_bool(b, off) ? 1 : 0;
       } else if (fl) {
-        fv[k] = round_to_compute(common, load_double(b, off));
+        const double loaded = load_double(b, off);
+        fv[k] = round_to_compute(common, k < to_16_bits.size() && to_16_bits[k] ? round_to_16_bits(common, loaded) : loaded);
       } else {
         iv[k] = load_int(b, off);
       }

@@ -110,6 +110,13 @@ double round_to_compute(DType t, double v) {
   return compute_type(t) == DType::kFloat64 ? v : static_cast<double>(static_cast<float>(v));
 }
 
+double round_to_16_bits(DType t, double v) {
+  const float f = static_cast<float>(v);
+  if (t == DType::kFloat16) return half_bits_to_float(float_to_half_bits(f));
+  if (t == DType::kBFloat16) return bfloat16_bits_to_float(float_to_bfloat16_bits(f));
+  return v;
+}
+
 std::vector<std::int64_t> unravel(std::int64_t linear, const std::vector<std::int64_t>& sizes) {
   std::vector<std::int64_t> index(sizes.size());
   for (std::size_t i = sizes.size(); i-- > 0;) {
@@ -237,7 +244,12 @@ std::vector<Buffer> interpret(const Graph& graph, const std::vector<Buffer>& inp
       case OpCategory::kSource: out = detail::eval_source(node, in); break;
       case OpCategory::kUnary:
       case OpCategory::kBinary:
-      case OpCategory::kTernary: out = detail::eval_elementwise(node, in); break;
+      case OpCategory::kTernary: {
+        std::vector<bool> to_16_bits(node.inputs.size());
+        for (std::size_t k = 0; k < node.inputs.size(); ++k) to_16_bits[k] = rounds_operand_to_16_bits(graph, node, k);
+        out = detail::eval_elementwise(node, in, to_16_bits);
+        break;
+      }
       case OpCategory::kReduction: out = detail::eval_reduction(node, in); break;
       case OpCategory::kNormalization: out = detail::eval_normalization(node, in); break;
       case OpCategory::kIndexing: out = detail::eval_indexing(node, in); break;

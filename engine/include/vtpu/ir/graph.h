@@ -63,4 +63,19 @@ Graph single_op(OpKind op, std::vector<TensorType> inputs, Attributes attrs = {}
 // numbers, other rank-0 values zero-dim tensors.
 Operand promotion_operand(const Graph& graph, ValueId id);
 
+// Whether elementwise node `node` converts its operand `k` to its 16-bit
+// common dtype before computing in float, as ATen's CPU kernels do: a
+// float16/bfloat16 op rounds every operand of another dtype (an int32
+// tensor, a float32 zero-dim tensor) to the 16-bit type first, and Python
+// numbers too (half(0.5) + 2049 is 2048 on the CPU), except where ATen's
+// kernel reads the original scalar in float: the single-value second
+// operand of mul and div, and lerp's scalar weight. Conditions (where,
+// masked_fill's mask) are never converted.
+bool rounds_operand_to_16_bits(const Graph& graph, const Node& node, std::size_t k);
+
+// Whether node's run-time scalar (alpha, value, ...) is rounded to the
+// 16-bit common dtype first: add/sub's alpha is, addcmul/addcdiv's value is
+// not (ATen reads it in float).
+bool rounds_runtime_scalar_to_16_bits(const Node& node);
+
 }  // namespace vtpu::ir

@@ -1,0 +1,77 @@
+"""float16/bfloat16 ops with an operand of another dtype give the CPU's bits.
+
+ATen's CPU kernels convert each operand of a 16-bit op that has another dtype
+(an int32 tensor, a float32 zero-dim tensor, a Python number) to the 16-bit
+type before computing in float: half(0.5) + 2049 is 2048 on the CPU. Only the
+single-value second operand of mul and div, and lerp's scalar weight, are
+read at their original precision. vTPU's generated kernels used to compute
+with the unrounded operand (1 ulp apart in up to 44% of `x.half() + 0.1`'s
+elements). Each case here failed before, except the mul/div/lerp ones, which
+check that the exceptions stay exceptions.
+"""
+import pytest
+import torch
+
+import torch_vtpu
+
+MODES = ["strict", "fused", "debug"]
+DTYPES = [torch.float16, torch.bfloat16]
+
+
+def _operands(dtype):
+    gen = torch.Generator().manual_seed(7)
+    # 4096 elements: a multiple of every vector width, so ATen's vectorised
+    # body computes every element (its scalar remainder loop rounds
+    # `sub(..., alpha=)` differently from its own vector body).
+    x = (torch.randn(4096, generator=gen) * 30).to(dtype)
+    ints = torch.randint(-5000, 5000, (4096,), generator=gen, dtype=torch.int32)
+    return x, ints, torch.tensor(0.1234567), torch.tensor(2049, dtype=torch.int32)
+
+
+CASES = {
+    "add a Python float": lambda x, i, f, j: x + 0.1,
+    "add a large int": lambda x, i, f, j: x + 2049,
+    "sub a Python float": lambda x, i, f, j: x - 0.7,
+    "add with alpha": lambda x, i, f, j: torch.add(x, x, alpha=0.1),
+    "pow of a Python float": lambda x, i, f, j: x.abs() ** 0.3,
+    "add an int32 tensor": lambda x, i, f, j: x + i,
+    "int32 tensor plus": lambda x, i, f, j: i + x,
+    "mul an int32 tensor": lambda x, i, f, j: x * i,
+    "compare an int32 tensor": lambda x, i, f, j: x == i,
+    "add a float32 0-dim tensor": lambda x, i, f, j: x + f,
+    "add an int32 0-dim tensor": lambda x, i, f, j: x + j,
+    "0-dim tensor times": lambda x, i, f, j: f * x,
+    "in-place add of an int32 tensor": lambda x, i, f, j: x.clone().add_(i),
+    "fused chain": lambda x, i, f, j: ((x + 0.1) * 0.3 - i) / 0.7,
+    "reduction of a sum": lambda x, i, f, j: (x + 0.1).sum(),
+    # the exceptions: ATen reads these at their original precision
+    "mul a Python float": lambda x, i, f, j: x * 0.3,
+    "mul a large int": lambda x, i, f, j: x * 2049,
+    "div a Python float": lambda x, i, f, j: x / 0.3,
+    "mul a 0-dim tensor": lambda x, i, f, j: x * f,
+    "div an int32 0-dim tensor": lambda x, i, f, j: x / j,
+    "lerp weight": lambda x, i, f, j: torch.lerp(x, x * 2, 0.3),
+    "addcmul value": lambda x, i, f, j: torch.addcmul(x, x, x, value=0.1),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", list(CASES))
+def test_mixed_operands_give_the_cpus_bits(mode, dtype, case):
+    torch_vtpu.set_mode(mode)
+    fn = CASES[case]
+    x, ints, f0, i0 = _operands(dtype)
+    want = fn(x, ints, f0, i0)
+    got = fn(x.to("vtpu"), ints.to("vtpu"), f0.to("vtpu"), i0.to("vtpu")).cpu()
+    assert got.dtype == want.dtype
+    assert torch.equal(got, want), f"{int((got != want).sum())} of {want.numel()} elements differ"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_documented_example(mode):
+    torch_vtpu.set_mode(mode)
+    half = torch.tensor([0.5], dtype=torch.float16)
+    assert (half.to("vtpu") + 2049).item() == (half + 2049).item() == 2048
+    assert (torch.tensor([2048.0], dtype=torch.float16, device="vtpu") ==
+            torch.tensor([2049], dtype=torch.int32, device="vtpu")).item()

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "call_site.h"
+#include "stream_warnings.h"
 #include "vtpu/runtime/memory_size.h"
 
 namespace vtpu::bridge {
@@ -196,7 +197,7 @@ void DeviceContext::enqueue_task(std::function<void()> kernel, std::string op) {
   stream_->enqueue([this, kernel = std::move(kernel), op = std::move(op), site, kind] {
     const auto start = std::chrono::steady_clock::now();
     try {
-      kernel();
+      run_keeping_warnings(kernel);
     } catch (...) {
       metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()), op);
       throw PendingOpError(std::current_exception(), op, site);
@@ -223,6 +224,7 @@ void DeviceContext::wait_blocking(const std::function<void()>& wait) {
 }
 
 void DeviceContext::raise_async_error() {
+  issue_kept_warnings();
   if (std::exception_ptr error = stream_->take_error()) {
     try {
       std::rethrow_exception(error);

@@ -1,4 +1,6 @@
 """Errors: asynchronous kernel errors, mixed devices, bad arguments; none abort."""
+import warnings
+
 import pytest
 import torch
 
@@ -179,3 +181,33 @@ def test_in_place_ops_over_overlapping_views_give_the_cpus_values(mode):
         want = diff("cpu")
         for _ in range(3):
             assert torch.equal(diff("vtpu"), want)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_warnings_of_queued_kernels_are_python_warnings_at_the_next_sync(mode, capfd):
+    # ATen's var warns through c10 when the degrees of freedom are <= 0. On
+    # the stream's worker thread that used to print a C++ warning to stderr,
+    # which Python's warnings filters cannot see; it is now issued again, as
+    # the CPU's UserWarning with the CPU's message, at the next synchronisation.
+    torch_vtpu.set_mode(mode)
+    with warnings.catch_warnings(record=True) as on_cpu:
+        warnings.simplefilter("always")
+        torch.ones(1, 5).var(dim=0)
+    x = torch.ones(1, 5, device="vtpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = x.var(dim=0)
+        torch.vtpu.synchronize()
+    assert [(w.category, str(w.message)) for w in caught] == [(w.category, str(w.message)) for w in on_cpu]
+    assert len(caught) == 1
+    # Filters apply to it like to any Python warning (raised at the op in
+    # debug mode, at the host read otherwise), and it is issued once.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="degrees of freedom"):
+            x.var(dim=0).cpu()
+        torch.vtpu.synchronize()
+        if mode == "debug":  # kernels run at the call: the warning is the call's
+            with pytest.raises(UserWarning, match="degrees of freedom"):
+                x.var(dim=0)
+    assert "degrees of freedom" not in capfd.readouterr().err

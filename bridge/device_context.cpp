@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "call_site.h"
-#include "stream_warnings.h"
+#include "stream_task.h"
 #include "vtpu/runtime/memory_size.h"
 
 namespace vtpu::bridge {
@@ -197,7 +197,7 @@ void DeviceContext::enqueue_task(std::function<void()> kernel, std::string op) {
   stream_->enqueue([this, kernel = std::move(kernel), op = std::move(op), site, kind] {
     const auto start = std::chrono::steady_clock::now();
     try {
-      run_keeping_warnings(kernel);
+      run_stream_task(kernel);
     } catch (...) {
       metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()), op);
       throw PendingOpError(std::current_exception(), op, site);

@@ -76,3 +76,29 @@ def test_strict_mode_does_not_wait_for_kernels():
     assert sum(m["syncs"].values()) == 0, m["syncs"]
     torch.vtpu.synchronize()
     assert torch_vtpu.metrics()["syncs"]["synchronize"] == 1
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_copies_and_fills_inside_inference_mode(mode):
+    # Queued copies, fills and host-path kernels ran copy_/fill_ on the worker
+    # thread, outside the caller's InferenceMode, on CPU aliases that were
+    # inference tensors: "Inplace update to inference tensor outside
+    # InferenceMode" at the next sync (strict and fused mode; found by review).
+    torch_vtpu.set_mode(mode)
+    linear = torch.nn.Linear(3, 2)
+    linear_vtpu = torch.nn.Linear(3, 2).to("vtpu")
+    linear_vtpu.load_state_dict(linear.state_dict())
+    with torch.inference_mode():
+        x = torch.arange(3.0).to("vtpu")  # host-to-device copy
+        y = torch.empty(3, device="vtpu")
+        y.copy_(x)  # device-to-device copy
+        filled = torch.empty(3, device="vtpu").fill_(2.5)
+        zeroed = torch.ones(3, device="vtpu").zero_()
+        out = linear_vtpu(x)
+        torch.vtpu.synchronize()
+        assert x.is_inference() and out.is_inference()
+        want = linear(torch.arange(3.0))
+    assert torch.equal(y.cpu(), torch.arange(3.0))
+    assert torch.equal(filled.cpu(), torch.full((3,), 2.5))
+    assert torch.equal(zeroed.cpu(), torch.zeros(3))
+    torch.testing.assert_close(out.cpu(), want)

@@ -189,8 +189,13 @@ def fill_operands_to_scalars(gm: fx.GraphModule) -> int:
             out, a, f, b = vals
             # Same dtype everywhere and no broadcasting by the fill: then
             # a + 1 * f * b == a + (b * w) bit for bit (the scalar is rounded
-            # to the dtype as the fill was).
-            if len({out.dtype, a.dtype, f.dtype, b.dtype}) != 1 or not out.dtype.is_floating_point:
+            # to the dtype as the fill was). float32/float64 only: a 16-bit
+            # addcmul computes in float and rounds once, with the fill's
+            # 16-bit value, while mul and add would round twice and mul reads
+            # a Python number unrounded (a compiled bf16 foreach Adam step
+            # drifted from eager mode).
+            if (len({out.dtype, a.dtype, f.dtype, b.dtype}) != 1
+                    or out.dtype not in (torch.float32, torch.float64)):
                 continue
             if tuple(f.shape) != tuple(out.shape) or tuple(b.shape) != tuple(out.shape):
                 continue

@@ -1,3 +1,13 @@
+// How a kernel runs on the device stream's worker thread, which has none of
+// the issuing thread's thread-local state.
+//
+// Below autograd: a kernel implements an op autograd already saw on the
+// issuing thread; the CPU tensors it calls ATen on (aliases of device
+// memory) made inside torch.inference_mode() are inference tensors, and an
+// in-place copy_ on one outside InferenceMode raised "Inplace update to
+// inference tensor outside InferenceMode" (`.to("vtpu")` inside
+// inference_mode, strict and fused mode).
+//
 // Warnings of kernels that ran on the device stream. ATen's CPU kernels on
 // the host-kernel path warn through c10 (var with too few degrees of
 // freedom, deprecations); on the stream's worker thread c10's default
@@ -12,8 +22,9 @@
 
 namespace vtpu::bridge {
 
-// Runs `kernel` with the c10 warnings it raises on this thread kept.
-void run_keeping_warnings(const std::function<void()>& kernel);
+// Runs `kernel` below autograd, with the c10 warnings it raises on this
+// thread kept.
+void run_stream_task(const std::function<void()>& kernel);
 
 // Issues the kept warnings on the calling thread, oldest first, unchanged
 // (message, category, source location): inside a Python call torch's

@@ -1,5 +1,7 @@
-#include "stream_warnings.h"
+#include "stream_task.h"
 
+#include <c10/core/DispatchKeySet.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
@@ -42,9 +44,10 @@ class KeepingHandler : public c10::WarningHandler {
 
 }  // namespace
 
-void run_keeping_warnings(const std::function<void()>& kernel) {
+void run_stream_task(const std::function<void()>& kernel) {
   static KeepingHandler handler;  // stateless: every thread may share it
   c10::WarningUtils::WarningHandlerGuard guard(&handler);
+  c10::impl::ExcludeDispatchKeyGuard below_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
   kernel();
 }
 

@@ -20,7 +20,7 @@ namespace {
 void free_device_memory(void* ptr) { DeviceContext::get().allocator().deallocate(ptr); }
 
 void check_device_index(c10::DeviceIndex device) {
-  TORCH_CHECK_WITH(ValueError, device == 0 || device == -1, "vtpu: invalid device index ",
+  TORCH_CHECK(device == 0 || device == -1, "vtpu: invalid device index ",
                    static_cast<int>(device), "; this process has 1 vtpu device (vtpu:0)");
 }
 

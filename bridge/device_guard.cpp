@@ -14,8 +14,8 @@ namespace {
 constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
 
 void check_index(c10::DeviceIndex index) {
-  TORCH_CHECK_WITH(ValueError, index == 0 || index == -1,
-                   "vtpu: invalid device index ", static_cast<int>(index),
+  TORCH_CHECK(index == 0 || index == -1,
+              "vtpu: invalid device index ", static_cast<int>(index),
                    "; this process has 1 vtpu device (vtpu:0)");
 }
 

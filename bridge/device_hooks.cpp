@@ -85,8 +85,8 @@ class VtpuHooks final : public at::PrivateUse1HooksInterface {
   c10::DeviceIndex deviceCount() const override { return 1; }
   c10::DeviceIndex getCurrentDevice() const override { return 0; }
   void setCurrentDevice(c10::DeviceIndex index) const override {
-    TORCH_CHECK_WITH(ValueError, index == 0, "vtpu: invalid device index ", static_cast<int>(index),
-                     "; this process has 1 vtpu device");
+    TORCH_CHECK(index == 0, "vtpu: invalid device index ", static_cast<int>(index),
+                "; this process has 1 vtpu device (vtpu:0)");
   }
   c10::DeviceIndex exchangeDevice(c10::DeviceIndex) const override { return 0; }
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex) const override { return 0; }

@@ -30,6 +30,11 @@ void check_device_arg(std::optional<c10::Device> device) {
               ": this process has 1 vtpu device (vtpu:0)");
 }
 
+// As CUDA's factories: pinning is a property of host memory.
+void check_pin_memory_arg(std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+}
+
 void check_layout_arg(std::optional<c10::Layout> layout) {
   TORCH_CHECK_NOT_IMPLEMENTED(!layout.has_value() || *layout == c10::kStrided,
                               "vtpu: only torch.strided tensors are supported, got layout ",
@@ -38,9 +43,10 @@ void check_layout_arg(std::optional<c10::Layout> layout) {
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout,
-                               std::optional<c10::Device> device, std::optional<bool>,
+                               std::optional<c10::Device> device, std::optional<bool> pin_memory,
                                std::optional<c10::MemoryFormat> memory_format) {
   check_device_arg(device);
+  check_pin_memory_arg(pin_memory);
   check_layout_arg(layout);
   DeviceContext::get().metrics().count_op();
   return empty_device(size, dtype.value_or(at::get_default_dtype_as_scalartype()), memory_format);
@@ -48,8 +54,9 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
-                         std::optional<c10::Device> device, std::optional<bool>) {
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
   check_device_arg(device);
+  check_pin_memory_arg(pin_memory);
   check_layout_arg(layout);
   DeviceContext::get().metrics().count_op();
   return empty_device_strided(size, stride, dtype.value_or(at::get_default_dtype_as_scalartype()));

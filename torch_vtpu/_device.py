@@ -23,7 +23,8 @@ def _check_device(device: _DeviceLike) -> None:
     else:
         raise TypeError(f"expected a device, int or str, got {type(device).__name__}")
     if index not in (None, 0, -1):
-        raise ValueError(f"invalid vtpu device index {index}: this process has 1 vtpu device")
+        # RuntimeError as CUDA's "invalid device ordinal" (an AcceleratorError)
+        raise RuntimeError(f"vtpu: invalid device index {index}; this process has 1 vtpu device (vtpu:0)")
 
 
 def is_available() -> bool:

@@ -20,7 +20,7 @@ def test_device_module_contract():
     assert v.is_available() and v.device_count() == 1 and v.current_device() == 0
     v.set_device(0)
     v.set_device("vtpu:0")
-    with pytest.raises(ValueError):
+    with pytest.raises(RuntimeError, match="invalid device index 3"):
         v.set_device(3)
     assert v.is_bf16_supported()
     assert torch.bfloat16 in v.get_amp_supported_dtype()
@@ -32,6 +32,26 @@ def test_device_module_contract():
 def test_invalid_device_index_raises():
     with pytest.raises(RuntimeError, match="vtpu:1"):
         torch.ones(2, device="vtpu:1")
+    # Every way of naming a missing device raises RuntimeError, as CUDA's
+    # "invalid device ordinal" does (some raised ValueError; found by review).
+    for name_it in (lambda: torch.vtpu.set_device(1), lambda: torch.accelerator.set_device_index(1),
+                    lambda: torch.vtpu.device(1).__enter__(), lambda: torch.ones(1).to("vtpu:1"),
+                    lambda: torch.accelerator.memory_allocated(1)):
+        with pytest.raises(RuntimeError, match="invalid device"):
+            name_it()
+    assert torch.vtpu.current_device() == 0
+
+
+@pytest.mark.parametrize("factory", [
+    lambda: torch.empty(2, device="vtpu", pin_memory=True),
+    lambda: torch.zeros(2, device="vtpu", pin_memory=True),
+    lambda: torch.empty_strided((2,), (1,), device="vtpu", pin_memory=True),
+])
+def test_pinned_device_tensors_are_refused_as_on_cuda(factory):
+    # Pinning is a property of host memory: CUDA's factories refuse it, and
+    # vtpu's dropped the flag silently (found by review).
+    with pytest.raises(RuntimeError, match="Only dense CPU tensors can be pinned"):
+        factory()
 
 
 def test_to_and_back_roundtrip_all_dtypes():

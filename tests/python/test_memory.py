@@ -66,7 +66,7 @@ def test_torch_accelerator_memory_functions_read_and_drive_the_vtpu_allocator():
     assert acc.memory_reserved() == acc.memory_allocated()
     free, total = acc.get_memory_info()
     assert (free, total) == torch.vtpu.mem_get_info()
-    with pytest.raises(ValueError, match="invalid device index"):
+    with pytest.raises(RuntimeError, match="invalid device index"):
         acc.memory_allocated(1)
 
 

@@ -265,6 +265,32 @@ std::mutex corrupt_mutex;
 std::string corrupt_next_op;
 std::atomic<bool> corrupt_armed{false};
 
+// The conjugate/negative bits of tensor arguments as handed to a kernel.
+using LazyBits = std::vector<std::pair<const c10::TensorImpl*, std::uint8_t>>;
+std::uint8_t lazy_bits_of(const at::Tensor& t) { return (t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0); }
+
+// ATen's kernels may give a result as a lazy conjugate (or negative) view by
+// setting the bit on their out= tensor (linalg_lu_solve and linalg_solve with
+// left=False, complex). The device tensor never gets the bit, so the CPU
+// alias's memory takes the resolved values instead (the review that found it
+// saw the conjugate of the answer). `before`: the bits each written argument
+// had when the kernel got it (fresh outputs had none).
+void resolve_lazy_bits(const std::vector<at::Tensor>& results, const LazyBits& before) {
+  for (const at::Tensor& t : results) {
+    if (!t.defined()) continue;
+    std::uint8_t had = 0;
+    for (const auto& [impl, bits] : before)
+      if (impl == t.unsafeGetTensorImpl()) had = bits;
+    const std::uint8_t has = lazy_bits_of(t);
+    if (has == had) continue;
+    const at::Tensor resolved = t.resolve_conj().resolve_neg();
+    at::Tensor plain = t;  // the same TensorImpl: the alias itself loses the bits
+    plain._set_conj((had & 1) != 0);
+    plain._set_neg((had & 2) != 0);
+    plain.copy_(resolved);
+  }
+}
+
 void maybe_corrupt(const std::string& name, const std::vector<at::Tensor>& results) {
   if (!corrupt_armed.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lock(corrupt_mutex);
@@ -432,6 +458,21 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
           // result's and was written over its base: linalg.solve, sort).
           const bool out_argument = schema.arguments()[*alias].is_out();
           const bool resized = meta_out.sizes() != arg.sizes();
+          // An output that is also an input (an in-place op, or an out= that
+          // is one of the inputs: logical_and_ is logical_and.out(self, self,
+          // other)) cannot be resized to a broadcast shape: the CPU's
+          // TensorIterator raises. Python reference meta kernels resized it
+          // (logical_and_, ldexp_, addr_ of a 0-dim self, logaddexp(x, y,
+          // out=x); found by review: the new elements were computed from
+          // fresh memory).
+          if (resized && !op_may_resize_self(name)) {
+            bool also_input = !out_argument;
+            for (std::size_t i = 0; i < schema.arguments().size() && !also_input; ++i)
+              if (i != *alias && !schema.arguments()[i].is_out() && (*stack)[first + i].isTensor())
+                also_input = (*stack)[first + i].toTensor().is_same(arg);
+            TORCH_CHECK(!also_input, "output with shape ", arg.sizes(), " doesn't match the broadcast shape ",
+                        meta_out.sizes());
+          }
           if (resized || (!out_argument && meta_out.strides() != arg.strides())) {
             arg.unsafeGetTensorImpl()->set_sizes_and_strides(meta_out.sizes(), meta_out.strides(),
                                                              meta_out.storage_offset());
@@ -510,9 +551,15 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   for (const at::Tensor& t : fresh_host) tensor_bytes += t.defined() ? t.nbytes() : 0;
   const bool serial = runs_serially(name, tensor_bytes) && pool_blocks::SingleThreadedAten::available();
   if (serial) context.metrics().count_host_serial(name);
+  LazyBits lazy_bits;
+  for (const c10::IValue& arg : host)
+    for_each_tensor(arg, [&](const at::Tensor& t) {
+      if (t.defined()) lazy_bits.emplace_back(t.unsafeGetTensorImpl(), lazy_bits_of(t));
+    });
   context.launch([op, out_op, out_name = std::move(out_name), host = std::move(host), out_host = std::move(out_host),
                   fresh_host = std::move(fresh_host), fresh_slots = std::move(fresh_slots),
-                  written_positions = std::move(written_positions), name, serial]() mutable {
+                  written_positions = std::move(written_positions), name, serial,
+                  lazy_bits = std::move(lazy_bits)]() mutable {
     try {
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
       std::optional<pool_blocks::SingleThreadedAten> one_thread;
@@ -541,7 +588,10 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         for (std::size_t i = 0; kept_geometry && i < fresh_host.size(); ++i)
           kept_geometry = fresh_host[i].sizes() == c10::IntArrayRef(promised[i].first) &&
                           fresh_host[i].strides() == c10::IntArrayRef(promised[i].second);
-        if (kept_geometry) return maybe_corrupt(name, fresh_host);
+        if (kept_geometry) {
+          resolve_lazy_bits(fresh_host, {});
+          return maybe_corrupt(name, fresh_host);
+        }
         unusable_out_variants().add(op);
         for (std::size_t i = 0; i < written_positions.size(); ++i)
           host[written_positions[i]].toTensor().copy_(written_before[i]);
@@ -579,6 +629,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         // in-place and out= forms: the results are the written arguments.
         std::vector<at::Tensor> written;
         for (const c10::IValue& ret : host) for_each_tensor(ret, [&](const at::Tensor& t) { written.push_back(t); });
+        resolve_lazy_bits(written, lazy_bits);
         maybe_corrupt(name, written);
       } else {
         maybe_corrupt(name, fresh_host);
@@ -609,15 +660,16 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 
 // Ops whose CompositeExplicitAutograd kernel would win over a fallback: the
 // convolution ones only raise "not implemented"; the others' composites use
-// other formulas than ATen's CPU kernels (results would differ from CPU) or
-// hand the CPU kernel out= buffers it wants to resize (lstsq, and the
-// structured losses' default-backend kernels, which call their out= overload
-// with the reduced result: the CPU's out= kernel warns "output was resized").
+// other formulas than ATen's CPU kernels (results would differ from CPU),
+// hand the CPU kernel out= buffers it wants to resize (lstsq; the structured
+// losses' default-backend kernels call their out= overload with the reduced
+// result, and the CPU's out= kernel warns "output was resized"), or call a
+// CPU kernel stub that has no vtpu entry (conj_physical_: an internal assert).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"convolution_overrideable", "convolution_backward_overrideable",
                            "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
                            "native_group_norm_backward", "addr", "linalg_lstsq", "mse_loss",
-                           "smooth_l1_loss", "huber_loss"}) {
+                           "smooth_l1_loss", "huber_loss", "conj_physical_"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
   }
 }

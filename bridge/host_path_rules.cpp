@@ -148,6 +148,12 @@ OpSet& unusable_out_variants() {
   return ops;
 }
 
+bool op_may_resize_self(const std::string& name) {
+  static const std::unordered_set<std::string> ops = {"aten::resize_", "aten::resize_as_", "aten::set_",
+                                                      "aten::addbmm_", "aten::_resize_output_"};
+  return ops.count(name) != 0;
+}
+
 bool out_variant_is_no_drop_in(const std::string& name) {
   static const std::unordered_set<std::string> ops = {"aten::max",       "aten::min",
                                                       "aten::mse_loss",  "aten::smooth_l1_loss",

@@ -56,6 +56,11 @@ OpSet& unusable_out_variants();
 // out= to the unreduced shape first, with the CPU's "output was resized"
 // warning on every call.
 bool out_variant_is_no_drop_in(const std::string& name);
+
+// In-place ops whose CPU kernel may give `self` another number of elements
+// (resize_, set_; addbmm_ resizes a 1-d self to the product's shape): every
+// other in-place op keeps self's shape or raises, as TensorIterator does.
+bool op_may_resize_self(const std::string& name);
 // Ops whose meta kernel gives other result shapes than their CPU kernel.
 OpSet& meta_disagrees_with_cpu();
 

@@ -129,3 +129,57 @@ def test_losses_with_a_reduction_compute_without_the_resize_warning(mode, loss, 
         torch.testing.assert_close(result.cpu(), expected, rtol=1e-6, atol=1e-7)
         torch.testing.assert_close(x.grad.cpu(), x_cpu.grad, rtol=1e-6, atol=1e-7)
     assert "resized" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_complex_solves_from_the_right_give_the_cpus_values(mode, dtype):
+    # ATen's lu_solve/solve with left=False set the conjugate bit on their
+    # out= instead of conjugating: the device result was the conjugate of
+    # the answer (found by a dtype review); its memory now holds the values.
+    torch_vtpu.set_mode(mode)
+    gen = torch.Generator().manual_seed(0)
+    A = torch.randn(3, 3, dtype=dtype, generator=gen)
+    B = torch.randn(2, 3, dtype=dtype, generator=gen)
+    LU, piv = torch.linalg.lu_factor(A)
+    want = torch.linalg.lu_solve(LU, piv, B, left=False)
+    LUv, pivv, Bv = LU.to("vtpu"), piv.to("vtpu"), B.to("vtpu")
+    torch.testing.assert_close(torch.linalg.lu_solve(LUv, pivv, Bv, left=False).cpu(), want)
+    torch.testing.assert_close(torch.linalg.solve(A.to("vtpu"), Bv, left=False).cpu(),
+                               torch.linalg.solve(A, B, left=False))
+    for out in (torch.empty(2, 3, dtype=dtype, device="vtpu"), torch.empty(3, 2, dtype=dtype, device="vtpu").t()):
+        torch.linalg.lu_solve(LUv, pivv, Bv, left=False, out=out)
+        torch.testing.assert_close(out.cpu(), want)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", ["logical_and_", "ldexp_", "floor_divide_", "logaddexp_out"])
+def test_an_output_that_is_an_input_is_not_grown_to_the_broadcast_shape(mode, case):
+    # The CPU raises; vtpu resized the tensor and computed the new elements
+    # from fresh memory (found by a dtype review).
+    torch_vtpu.set_mode(mode)
+    calls = {
+        "logical_and_": lambda d: torch.ones(5, 1, device=d).logical_and_(torch.ones(5, 5, device=d)),
+        "ldexp_": lambda d: torch.ones(5, 1, device=d, dtype=torch.float64).ldexp_(
+            torch.ones(5, 5, device=d, dtype=torch.int64)),
+        "floor_divide_": lambda d: torch.ones(5, 1, device=d, dtype=torch.int32).floor_divide_(
+            torch.ones(5, 5, device=d, dtype=torch.int32)),
+        "logaddexp_out": lambda d: (lambda x: torch.logaddexp(x, torch.ones(5, 5, device=d), out=x))(
+            torch.ones(5, 1, device=d)),
+    }
+    for device in ("cpu", "vtpu"):
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            calls[case](device)
+            torch.vtpu.synchronize()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_in_place_physical_conjugation(mode):
+    # Hit an internal assert: ATen's in-place kernel calls a CPU kernel stub
+    # that has no vtpu entry (found by a dtype review).
+    torch_vtpu.set_mode(mode)
+    x = torch.tensor([1 + 2j, -3j, 4.0], dtype=torch.complex64)
+    on_device = x.to("vtpu")
+    on_device.conj_physical_()
+    assert torch.equal(on_device.cpu(), x.clone().conj_physical_())
+    assert not on_device.is_conj()

@@ -116,7 +116,8 @@ struct FusionStats {
   std::map<std::uint64_t, std::uint64_t> ops_per_kernel;  // ops -> fused launches
   std::uint64_t dead_stores_skipped = 0;
   std::uint64_t pattern_hits = 0;                       // clusters whose fused kernel was ready
-  std::uint64_t pattern_misses = 0;                     // clusters run unfused (first sightings)
+  std::uint64_t pattern_misses = 0;                     // clusters run unfused (first sightings, or
+                                                        // their kernel still compiling)
   std::uint64_t unfused_ops = 0;                        // ops run on single-op kernels at a flush
   std::uint64_t background_compiles = 0;
 };

@@ -663,13 +663,15 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 // other formulas than ATen's CPU kernels (results would differ from CPU),
 // hand the CPU kernel out= buffers it wants to resize (lstsq; the structured
 // losses' default-backend kernels call their out= overload with the reduced
-// result, and the CPU's out= kernel warns "output was resized"), or call a
-// CPU kernel stub that has no vtpu entry (conj_physical_: an internal assert).
+// result, and the CPU's out= kernel warns "output was resized"; addr.out's
+// composite resizes an out= that is also its input, where the CPU raises),
+// or call a CPU kernel stub that has no vtpu entry (conj_physical_: an
+// internal assert).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"convolution_overrideable", "convolution_backward_overrideable",
                            "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
                            "native_group_norm_backward", "addr", "linalg_lstsq", "mse_loss",
-                           "smooth_l1_loss", "huber_loss", "conj_physical_"}) {
+                           "smooth_l1_loss", "huber_loss", "conj_physical_", "addr.out"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
   }
 }

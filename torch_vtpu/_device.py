@@ -195,3 +195,28 @@ def default_stream(device: _DeviceLike = None) -> torch.Stream:
 
 Event = torch.Event
 Stream = torch.Stream
+
+
+class StreamContext:
+    """``with torch.vtpu.stream(s):`` as ``torch.cuda.stream``: makes ``s``
+    the current stream inside the block (``None``: no change). vtpu has one
+    in-order stream, so every stream object is that stream; a stream of
+    another device raises as CUDA's does."""
+
+    def __init__(self, stream: Optional[torch.Stream]):
+        if stream is not None and torch.device(stream.device).type != "vtpu":
+            raise ValueError(f"expected a vtpu stream, got a stream of {stream.device}")
+        self.stream = stream
+
+    def __enter__(self) -> Optional[torch.Stream]:
+        if self.stream is not None:
+            self.stream.__enter__()
+        return self.stream
+
+    def __exit__(self, *exc) -> None:
+        if self.stream is not None:
+            self.stream.__exit__(*exc)
+
+
+def stream(stream: Optional[torch.Stream]) -> StreamContext:
+    return StreamContext(stream)

@@ -343,6 +343,17 @@ TEST(HostCodegenMixed16Bit, OperandsOfAnotherDtypeAreRoundedFirst) {
       expectations.push_back({"mx_sub_alpha_" + tag, g, {x},
                               [to16](float v, float) { return v - to16(0.3f) * v; }});
     }
+    for (double exponent : {3.0, -2.0}) {  // bfloat16 rounds x * x first (ATen's kernel); float16 does not
+      ir::Graph g;
+      const auto a = g.add_input(x_type);
+      g.mark_output(g.add_node(OpKind::Pow, {a, g.add_node(OpKind::Constant, {}, {{"value", exponent}})}));
+      const bool bf16 = dt == DType::kBFloat16;
+      expectations.push_back({"mx_pow" + std::string(exponent > 0 ? "3_" : "m2_") + tag, g, {x},
+                              [to16, exponent, bf16](float v, float) {
+                                const float square = bf16 ? to16(v * v) : v * v;
+                                return exponent > 0 ? square * v : 1.0f / square;
+                              }});
+    }
     {  // x * 0.3 (a Python number): read at its original precision
       ir::Graph g;
       const auto a = g.add_input(x_type);

@@ -1,4 +1,4 @@
-"""Runs the full OpInfo sweep (every entry of op_db, four variants) and writes
+"""Runs the full OpInfo sweep (every entry of op_db, five variants) and writes
 docs/opinfo_failures.md: pass rates per variant and every failing entry.
 
     .venv/bin/python tests/python/opinfo_report.py               # run what is missing, write the doc
@@ -139,7 +139,7 @@ def render(results: Dict[Key, Dict[str, Any]], header: Dict[str, Any]) -> str:
     add("")
     add(f"- Run: {header['time']}; torch {header['torch']}, torch_vtpu {header['vtpu']}, "
         f"bridge build `{header['bridge_build']}`, mode `{header['mode']}`")
-    add(f"- {len(entries)} OpInfo entries × 4 variants; at most {header['max_samples']} sample "
+    add(f"- {len(entries)} OpInfo entries × {len(sweep.VARIANTS)} variants; at most {header['max_samples']} sample "
         "inputs per entry and variant; an entry passes when every compared sample matches the "
         "CPU (`torch.testing.assert_close`: exact dtype and shape, the OpInfo's tolerance or "
         "assert_close's default), outputs and inputs after the op (in-place writes) alike.")

@@ -246,3 +246,16 @@ def test_attention_runs_cpu_flash_kernel_with_cpu_bits(mode):
             out = F.scaled_dot_product_attention(q.to("vtpu"), k.to("vtpu"), v.to("vtpu"), is_causal=True)
             torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, k, v, is_causal=True))
             assert "aten::_scaled_dot_product_flash_attention_for_cpu" not in torch_vtpu.metrics()["host_fallback_ops"]
+
+
+def test_stream_context_manager_as_cuda():
+    # torch.cuda.stream(s) code ran into AttributeError (found by review).
+    s = torch.vtpu.Stream()
+    with torch.vtpu.stream(s) as entered:
+        assert entered is s and torch.vtpu.current_stream() == s
+        x = torch.ones(3, device="vtpu") * 2
+    with torch.vtpu.stream(None) as entered:
+        assert entered is None
+    assert torch.equal(x.cpu(), torch.full((3,), 2.0))
+    with pytest.raises(ValueError, match="vtpu stream"):
+        torch.vtpu.stream(torch.Stream(device="cpu"))

@@ -7,6 +7,10 @@ Variants per OpInfo entry (each where the op supports the dtype on the CPU):
             cotangent per differentiable output; input gradients compared
   bf16      bfloat16 forward
   i64       int64 forward
+  f32_inplace  float32 forward of the entry's in-place variant (x.add_(y)):
+            the result and the mutated input, or, where the CPU raises (an
+            input that would have to grow to the broadcast shape, a result
+            type the input cannot hold), an exception of the same type
 
 By default (CI) a deterministic slice runs: every 8th OpInfo entry plus a
 fixed list of important ops. VTPU_OPINFO_FULL=1 runs every entry.
@@ -65,18 +69,20 @@ DEVICE = "vtpu"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RESULTS = REPO_ROOT / "docs" / "_generated_tmp" / "opinfo_results.jsonl"
 
-VARIANTS = ("f32", "f32_grad", "bf16", "i64")
+VARIANTS = ("f32", "f32_grad", "bf16", "i64", "f32_inplace")
 VARIANT_DTYPE = {
     "f32": torch.float32,
     "f32_grad": torch.float32,
     "bf16": torch.bfloat16,
     "i64": torch.int64,
+    "f32_inplace": torch.float32,
 }
 VARIANT_LABEL = {
     "f32": "float32 fwd",
     "f32_grad": "float32 grad",
     "bf16": "bf16 fwd",
     "i64": "int64 fwd",
+    "f32_inplace": "float32 in-place",
 }
 
 FULL = os.environ.get("VTPU_OPINFO_FULL", "") not in ("", "0")
@@ -194,6 +200,8 @@ def static_skip_reason(op, variant: str) -> Optional[str]:
         complex_only = all(d.is_complex for d in supported)
         return ("complex-only op" if complex_only
                 else f"{dtype} not supported by the op on the CPU")
+    if variant == "f32_inplace" and op.inplace_variant is None:
+        return "no in-place variant"
     if variant == "f32_grad":
         if not op.supports_autograd:
             return "op does not support autograd"
@@ -508,6 +516,37 @@ def _run_forward_sample(op, sample, tol: Tolerance, keep_on_cpu: Optional[List[b
         _compare(copy, original, tol, "input after the op", check_device=False)
 
 
+def _run_inplace_sample(op, sample, tol: Tolerance, keep_on_cpu: Optional[List[bool]]) -> None:
+    """The entry's in-place variant: the same result and mutated input as the
+    CPU's, or an exception of the CPU's type where the CPU raises (an input
+    that would have to grow to the broadcast shape was grown and computed
+    from fresh memory before 2026-12-05)."""
+    fn = op.inplace_variant
+    d_input, d_args, d_kwargs, d_transfer = _transfer_sample(sample, DEVICE, keep_on_cpu)
+    c2_input, c2_args, c2_kwargs = _clone_sample_cpu(sample)
+    try:
+        expected = _call(fn, sample.input, sample.args, sample.kwargs)
+    except Exception as cpu_error:
+        try:
+            _call(fn, d_input, d_args, d_kwargs)
+            torch.vtpu.synchronize()
+        except Exception as error:
+            if not isinstance(error, type(cpu_error)):
+                raise Mismatch(f"cpu raised {type(cpu_error).__name__}: {_first_line(cpu_error)}; "
+                               f"vtpu raised {type(error).__name__}: {_first_line(error)}") from None
+            return
+        raise Mismatch(f"cpu raised {type(cpu_error).__name__}: {_first_line(cpu_error)}; vtpu did not") from None
+    try:
+        again, random_ops = _rerun_cpu(fn, c2_input, c2_args, c2_kwargs)
+    except Exception as error:
+        raise SampleSkipped(f"cpu reference raised on a rerun: {_first_line(error)}") from None
+    _check_reproducible(expected, again, random_ops)
+    actual = _call(fn, d_input, d_args, d_kwargs)
+    _compare(actual, expected, tol, "output")
+    for original, copy in d_transfer.pairs:
+        _compare(copy, original, tol, "input after the op", check_device=False)
+
+
 def _differentiable(value: Any) -> List[Tuple[int, torch.Tensor]]:
     return [(i, t) for i, t in enumerate(_leaves(value))
             if isinstance(t, torch.Tensor) and t.requires_grad
@@ -651,7 +690,8 @@ def _run_entry_once(op, variant: str, max_samples: int, timeout_s: int) -> Dict[
     dtype = VARIANT_DTYPE[variant]
     grad = variant == "f32_grad"
     tol = Tolerance(op, dtype)
-    run_sample = _run_grad_sample if grad else _run_forward_sample
+    run_sample = (_run_grad_sample if grad else _run_inplace_sample if variant == "f32_inplace"
+                  else _run_forward_sample)
     start = time.monotonic()
     stale = _drain_device()  # an earlier entry's late error must not land here
     memory_before = torch.vtpu.memory_allocated()

@@ -191,6 +191,14 @@ template <typename T> static inline T vtpu_pow(T a, T b) {
     return static_cast<T>(result);
   }
 }
+// bfloat16's pow by 3 and by -2 rounds x * x to bfloat16 before the third
+// factor or the reciprocal, as ATen's reduced-float kernel computes them in
+// bfloat16 arithmetic (float16's computes in float, as vtpu_pow does).
+static inline float vtpu_pow_bf16(float a, float b) {
+  if (b == 3.0f) return vtpu_load(vtpu_to_bf16(a * a)) * a;
+  if (b == -2.0f) return 1.0f / vtpu_load(vtpu_to_bf16(a * a));
+  return vtpu_pow(a, b);
+}
 )PRELUDE";
 
 std::string number(double v) {
@@ -561,7 +569,8 @@ class Emitter {
         if (mode == "floor") return "vtpu_floor_div(" + a + ", " + b + ")";
         return a + " / " + b;
       }
-      case OpKind::Pow: return "vtpu_pow(" + a + ", " + b + ")";
+      case OpKind::Pow:
+        return (node.common_dtype == DType::kBFloat16 ? "vtpu_pow_bf16(" : "vtpu_pow(") + a + ", " + b + ")";
       case OpKind::Maximum: return "vtpu_max(" + a + ", " + b + ")";
       case OpKind::Minimum: return "vtpu_min(" + a + ", " + b + ")";
       case OpKind::Eq: return a + " == " + b;

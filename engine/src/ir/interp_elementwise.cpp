@@ -147,7 +147,13 @@ Num float_op(const Node& n, const std::vector<double>& v) {
       if (mode == "floor") return F(float_floor_div(x, y));
       return F(x / y);
     }
-    case OpKind::Pow: return F(std::pow(x, y));
+    case OpKind::Pow:
+      // bfloat16 rounds x * x first for the exponents 3 and -2 (ATen's kernel).
+      if (n.common_dtype == DType::kBFloat16 && (y == 3.0 || y == -2.0)) {
+        const double square = round_to_16_bits(DType::kBFloat16, static_cast<float>(x * x));
+        return F(y == 3.0 ? square * x : 1.0 / square);
+      }
+      return F(std::pow(x, y));
     case OpKind::Maximum: return F(nan_max(x, y));
     case OpKind::Minimum: return F(nan_min(x, y));
     case OpKind::Eq: return B(x == y);

@@ -499,17 +499,26 @@ def _run_forward_sample(op, sample, tol: Tolerance, keep_on_cpu: Optional[List[b
         expected = _call(op, sample.input, sample.args, sample.kwargs)
     except Exception as error:
         raise SampleSkipped(f"cpu reference raised {_first_line(error)}") from None
-    try:
-        again, random_ops = _rerun_cpu(op, c2_input, c2_args, c2_kwargs)
-    except Exception as error:
-        raise SampleSkipped(f"cpu reference raised on a rerun: {_first_line(error)}") from None
-    _check_reproducible(expected, again, random_ops)
+    _check_cpu_rerun(op, (c2_input, c2_args, c2_kwargs), expected)
 
     # A factory call with neither tensors nor a device argument (arange(2))
     # creates on the default device: make that vtpu, as a user would.
     default_device = torch.device(DEVICE) if not d_transfer.pairs else contextlib.nullcontext()
     with default_device:
         actual = _call(op, d_input, d_args, d_kwargs)
+    _compare_result_and_inputs(actual, expected, tol, d_transfer)
+
+
+def _check_cpu_rerun(fn: Callable, sample_copy: Tuple[Any, tuple, dict], expected: Any) -> None:
+    """The CPU reference, run again on a copy of the sample, must repeat."""
+    try:
+        again, random_ops = _rerun_cpu(fn, *sample_copy)
+    except Exception as error:
+        raise SampleSkipped(f"cpu reference raised on a rerun: {_first_line(error)}") from None
+    _check_reproducible(expected, again, random_ops)
+
+
+def _compare_result_and_inputs(actual: Any, expected: Any, tol: Tolerance, d_transfer) -> None:
     _compare(actual, expected, tol, "output")
     # In-place and out= behaviour: the inputs must end up the same too.
     for original, copy in d_transfer.pairs:
@@ -536,15 +545,8 @@ def _run_inplace_sample(op, sample, tol: Tolerance, keep_on_cpu: Optional[List[b
                                f"vtpu raised {type(error).__name__}: {_first_line(error)}") from None
             return
         raise Mismatch(f"cpu raised {type(cpu_error).__name__}: {_first_line(cpu_error)}; vtpu did not") from None
-    try:
-        again, random_ops = _rerun_cpu(fn, c2_input, c2_args, c2_kwargs)
-    except Exception as error:
-        raise SampleSkipped(f"cpu reference raised on a rerun: {_first_line(error)}") from None
-    _check_reproducible(expected, again, random_ops)
-    actual = _call(fn, d_input, d_args, d_kwargs)
-    _compare(actual, expected, tol, "output")
-    for original, copy in d_transfer.pairs:
-        _compare(copy, original, tol, "input after the op", check_device=False)
+    _check_cpu_rerun(fn, (c2_input, c2_args, c2_kwargs), expected)
+    _compare_result_and_inputs(_call(fn, d_input, d_args, d_kwargs), expected, tol, d_transfer)
 
 
 def _differentiable(value: Any) -> List[Tuple[int, torch.Tensor]]:

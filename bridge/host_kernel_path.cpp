@@ -465,7 +465,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
           // (logical_and_, ldexp_, addr_ of a 0-dim self, logaddexp(x, y,
           // out=x); found by review: the new elements were computed from
           // fresh memory).
-          if (resized && !op_may_resize_self(name)) {
+          // (Same element count: a view-like in-place op restriding self.)
+          if (resized && arg.numel() != meta_out.numel() && !op_may_resize_self(name)) {
             bool also_input = !out_argument;
             for (std::size_t i = 0; i < schema.arguments().size() && !also_input; ++i)
               if (i != *alias && !schema.arguments()[i].is_out() && (*stack)[first + i].isTensor())

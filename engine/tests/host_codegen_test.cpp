@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <random>
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "temp_dir.h"
 #include "vtpu/compiler/kernel_library.h"
 #include "vtpu/ir/canonical.h"
 #include "vtpu/ir/half.h"
@@ -484,6 +487,33 @@ TEST(HostCodegenErrors, CompilerDiagnosticsAreReported) {
     EXPECT_EQ(e.kind(), runtime::ErrorKind::kRuntime);
     EXPECT_NE(std::string(e.what()).find("failed"), std::string::npos);
   }
+}
+
+// A compiler run that ends by a signal (a busy machine's OOM killer) is tried
+// once more, and the error says how it ended: a fresh clone's test run once
+// printed "c++ failed:" and nothing else.
+TEST(HostCodegenErrors, AKilledCompilerIsRetriedOnceAndNamed) {
+  ::vtpu::testing::TempDir dir;
+  const std::string script = dir.sub("killed-cxx");
+  const std::string runs = dir.sub("runs");
+  {
+    std::ofstream out(script);
+    out << "#!/bin/sh\nif [ \"$1\" = --version ]; then echo killed-cxx 1.0; exit 0; fi\n"
+        << "echo run >> '" << runs << "'\nkill -9 $$\n";
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  const SystemCompiler compiler(script);
+  try {
+    compiler.compile("int x;");
+    FAIL() << "expected an error";
+  } catch (const runtime::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("killed by signal 9"), std::string::npos) << e.what();
+  }
+  std::ifstream in(runs);
+  std::string line;
+  int count = 0;
+  while (std::getline(in, line)) ++count;
+  EXPECT_EQ(count, 2);
 }
 
 TEST(HostCodegenErrors, GarbageBytesDoNotLoad) {

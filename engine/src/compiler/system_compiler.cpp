@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -44,8 +45,15 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
-// Runs argv with stdout+stderr sent to `log`; returns the exit status.
-int run(const std::vector<std::string>& argv, const std::filesystem::path& log) {
+// How a compiler run ended: its exit status, or why there is none.
+struct RunResult {
+  int exit_status = -1;  // -1: no normal exit (see why)
+  std::string why;       // spawn or wait errno, or the signal that ended it
+  bool exited_normally() const { return exit_status >= 0; }
+};
+
+// Runs argv with stdout+stderr sent to `log`.
+RunResult run(const std::vector<std::string>& argv, const std::filesystem::path& log) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -56,12 +64,14 @@ int run(const std::vector<std::string>& argv, const std::filesystem::path& log) 
   pid_t pid = 0;
   const int spawned = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  if (spawned != 0) return -1;
+  if (spawned != 0) return {-1, "could not start it: " + std::string(std::strerror(spawned))};
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return -1;
+    if (errno != EINTR) return {-1, "could not wait for it: " + std::string(std::strerror(errno))};
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (WIFEXITED(status)) return {WEXITSTATUS(status), ""};
+  if (WIFSIGNALED(status)) return {-1, "killed by signal " + std::to_string(WTERMSIG(status))};
+  return {-1, "ended with wait status " + std::to_string(status)};
 }
 
 std::string read_text(const std::filesystem::path& path) {
@@ -98,7 +108,7 @@ SystemCompiler::SystemCompiler(std::string executable) : executable_(std::move(e
 #endif
   ScratchDir scratch;
   const auto log = scratch.path() / "version.txt";
-  if (run({executable_, "--version"}, log) != 0)
+  if (run({executable_, "--version"}, log).exit_status != 0)
     throw Error(ErrorKind::kRuntime, "[compiler] cannot run the kernel compiler '" + executable_ +
                                          "' (set VTPU_CXX to a working C++ compiler)");
   std::istringstream text(read_text(log));
@@ -118,10 +128,15 @@ std::vector<std::uint8_t> SystemCompiler::compile(const std::string& source) con
   std::vector<std::string> argv = {executable_};
   argv.insert(argv.end(), flags_.begin(), flags_.end());
   argv.insert(argv.end(), {source_path.string(), "-o", object_path.string()});
-  if (run(argv, log) != 0) {
+  RunResult result = run(argv, log);
+  // A run that did not exit (killed, or not started: a busy or short-of-memory
+  // machine) is tried once more; a compile error is not.
+  if (!result.exited_normally()) result = run(argv, log);
+  if (result.exit_status != 0) {
     std::string diagnostics = read_text(log);
     if (diagnostics.size() > 4000) diagnostics.resize(4000);
-    throw Error(ErrorKind::kRuntime, "[compiler] " + executable_ + " failed:\n" + diagnostics);
+    const std::string how = result.exited_normally() ? "exit status " + std::to_string(result.exit_status) : result.why;
+    throw Error(ErrorKind::kRuntime, "[compiler] " + executable_ + " failed (" + how + "):\n" + diagnostics);
   }
   std::ifstream in(object_path, std::ios::binary);
   return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), {});

@@ -320,6 +320,26 @@ void run_synchronously(const c10::OperatorHandle& op, Stack* stack, const char* 
       if (on_device(t)) device_args.push_back(t);
     });
   Stack host = host_arguments(schema, *stack, first, nullptr, false);
+  // An op that may resize the tensor it writes (addbmm_ grows a 1-d self to
+  // the product's 2-d shape, as the CPU does without a warning) cannot work
+  // on a CPU alias, whose storage is the device's and not resizable: it
+  // writes a CPU copy, which is resized onto the device afterwards.
+  std::vector<std::pair<at::Tensor, at::Tensor>> resizable;  // (device argument, CPU copy)
+  if (op_may_resize_self(op_name(op))) {
+    const auto& args = schema.arguments();
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (!args[i].alias_info() || !args[i].alias_info()->isWrite() || !host[i].isTensor()) continue;
+      const at::Tensor& device_arg = (*stack)[first + i].toTensor();
+      if (!on_device(device_arg)) continue;
+      const at::Tensor& alias = host[i].toTensor();
+      at::Tensor copy = alias.is_non_overlapping_and_dense()
+                            ? at::empty_strided(alias.sizes(), alias.strides(), alias.options())
+                            : at::empty(alias.sizes(), alias.options());
+      copy.copy_(alias);
+      host[i] = copy;
+      resizable.emplace_back(device_arg, copy);
+    }
+  }
   context.metrics().count_kernel();
   try {
     op.callBoxed(host);
@@ -332,8 +352,14 @@ void run_synchronously(const c10::OperatorHandle& op, Stack* stack, const char* 
     rethrow_annotated(std::current_exception(), op_name(op), capture_call_site());
   }
 
+  for (auto& [device_arg, copy] : resizable) {
+    if (copy.sizes() != device_arg.sizes()) device_arg.resize_(copy.sizes());
+    cpu_alias(device_arg).copy_(copy);
+  }
   auto to_device = [&](const at::Tensor& result) -> at::Tensor {
     if (!result.defined() || !result.device().is_cpu()) return result;
+    for (const auto& [device_arg, copy] : resizable)
+      if (result.is_same(copy)) return device_arg;
     // A result over an argument's memory is that argument (in-place/out) or a view of it.
     for (const at::Tensor& arg : device_args) {
       if (result.storage().data() != arg.storage().data() || result.storage().data() == nullptr) continue;
@@ -465,8 +491,10 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
           // (logical_and_, ldexp_, addr_ of a 0-dim self, logaddexp(x, y,
           // out=x); found by review: the new elements were computed from
           // fresh memory).
-          // (Same element count: a view-like in-place op restriding self.)
-          if (resized && arg.numel() != meta_out.numel() && !op_may_resize_self(name)) {
+          // View-like in-place ops (unsqueeze_, t_, as_strided_: ATen's
+          // inplace_view tag) restride self by design. (An element-count
+          // test instead let empty tensors be grown: [0, 1, 3] to [0, 10, 3].)
+          if (resized && !op.hasTag(at::Tag::inplace_view) && !op_may_resize_self(name)) {
             bool also_input = !out_argument;
             for (std::size_t i = 0; i < schema.arguments().size() && !also_input; ++i)
               if (i != *alias && !schema.arguments()[i].is_out() && (*stack)[first + i].isTensor())

@@ -153,10 +153,11 @@ def test_complex_solves_from_the_right_give_the_cpus_values(mode, dtype):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", ["logical_and_", "ldexp_", "floor_divide_", "logaddexp_out"])
+@pytest.mark.parametrize("case", ["logical_and_", "ldexp_", "floor_divide_", "logaddexp_out", "logical_or_empty"])
 def test_an_output_that_is_an_input_is_not_grown_to_the_broadcast_shape(mode, case):
     # The CPU raises; vtpu resized the tensor and computed the new elements
-    # from fresh memory (found by a dtype review).
+    # from fresh memory (found by a dtype review). View-like in-place ops
+    # (unsqueeze_) still restride self: test_in_place_views_still_restride.
     torch_vtpu.set_mode(mode)
     calls = {
         "logical_and_": lambda d: torch.ones(5, 1, device=d).logical_and_(torch.ones(5, 5, device=d)),
@@ -166,6 +167,8 @@ def test_an_output_that_is_an_input_is_not_grown_to_the_broadcast_shape(mode, ca
             torch.ones(5, 5, device=d, dtype=torch.int32)),
         "logaddexp_out": lambda d: (lambda x: torch.logaddexp(x, torch.ones(5, 5, device=d), out=x))(
             torch.ones(5, 1, device=d)),
+        # No elements before or after (an element-count test let it through).
+        "logical_or_empty": lambda d: torch.ones(0, 1, 3, device=d).logical_or_(torch.ones(0, 10, 3, device=d)),
     }
     for device in ("cpu", "vtpu"):
         with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
@@ -183,3 +186,48 @@ def test_in_place_physical_conjugation(mode):
     on_device.conj_physical_()
     assert torch.equal(on_device.cpu(), x.clone().conj_physical_())
     assert not on_device.is_conj()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape", [(5,), (1,), (2, 1), (1, 5), ()], ids=str)
+def test_addbmm_in_place_grows_a_broadcastable_self_as_the_cpu_does(mode, shape):
+    # The CPU's addbmm_ resizes a self that only broadcasts to the product's
+    # shape (no warning; (2, 1) even reads its own overwritten elements).
+    # vtpu raised "Trying to resize storage that is not resizable" (the
+    # OpInfo in-place sweep's one failure).
+    torch_vtpu.set_mode(mode)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g)
+    b1, b2 = torch.randn(3, 2, 4, generator=g), torch.randn(3, 4, 5, generator=g)
+    want = x.clone().addbmm_(b1, b2, alpha=0.5)
+    on_device = x.to("vtpu")
+    result = on_device.addbmm_(b1.to("vtpu"), b2.to("vtpu"), alpha=0.5)
+    assert result is on_device
+    assert on_device.shape == want.shape
+    assert torch.equal(on_device.cpu(), want)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_addbmm_in_place_that_cannot_broadcast_raises_and_keeps_self(mode):
+    torch_vtpu.set_mode(mode)
+    x = torch.arange(3.0)
+    on_device = x.to("vtpu")
+    b1, b2 = torch.ones(3, 2, 4), torch.ones(3, 4, 5)
+    with pytest.raises(RuntimeError):
+        x.clone().addbmm_(b1, b2)
+    with pytest.raises(RuntimeError):
+        on_device.addbmm_(b1.to("vtpu"), b2.to("vtpu"))
+        torch.vtpu.synchronize()
+    assert on_device.shape == (3,)
+    assert torch.equal(on_device.cpu(), x)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_in_place_views_still_restride(mode):
+    torch_vtpu.set_mode(mode)
+    for device in ("cpu", "vtpu"):
+        empty = torch.ones(0, 3, device=device).unsqueeze_(0)
+        assert empty.shape == (1, 0, 3)
+        x = torch.arange(6.0, device=device).reshape(2, 3)
+        x.t_().unsqueeze_(1).squeeze_(1).transpose_(0, 1)
+        assert x.shape == (2, 3) and x.cpu().tolist() == [[0, 1, 2], [3, 4, 5]]

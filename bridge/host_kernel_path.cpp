@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "aten_bridge.h"
+#include "boxed_arguments.h"
 #include "call_site.h"
 #include "device_context.h"
 #include "extern_blocks.h"
@@ -32,54 +33,10 @@ namespace {
 
 using Stack = torch::jit::Stack;
 
-bool on_device(const at::Tensor& t) { return t.defined() && t.device().type() == kVtpu; }
-
 bool is_optional_generator(const c10::Argument& arg) {
   const auto& type = arg.type();
   if (type->kind() != c10::TypeKind::OptionalType) return false;
   return type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
-}
-
-// Applies `fn` to every tensor inside an argument (tensor, optional tensor,
-// tensor list, list of optional tensors) and returns the rewritten value.
-template <typename Fn>
-c10::IValue map_tensors(const c10::IValue& value, Fn&& fn) {
-  if (value.isTensor()) return fn(value.toTensor());
-  if (value.isTensorList()) {
-    c10::List<at::Tensor> out;
-    const auto list = value.toTensorList();
-    out.reserve(list.size());
-    for (const at::Tensor& t : list) out.push_back(fn(t));
-    return out;
-  }
-  if (value.isList()) {
-    const auto list = value.toList();
-    bool has_tensor = false;
-    for (const c10::IValue& e : list) has_tensor |= e.isTensor();
-    if (!has_tensor) return value;
-    c10::impl::GenericList out(list.elementType());
-    out.reserve(list.size());
-    for (const c10::IValue& e : list) out.push_back(e.isTensor() ? c10::IValue(fn(e.toTensor())) : e);
-    return out;
-  }
-  return value;
-}
-
-template <typename Fn>
-void for_each_tensor(const c10::IValue& value, Fn&& fn) {
-  if (value.isTensor()) {
-    fn(value.toTensor());
-  } else if (value.isTensorList()) {
-    for (const at::Tensor& t : value.toTensorList()) fn(t);
-  } else if (value.isList()) {
-    for (const c10::IValue& e : value.toListRef())
-      if (e.isTensor()) fn(e.toTensor());
-  }
-}
-
-c10::IValue replace_device(const c10::IValue& value, c10::DeviceType to) {
-  if (value.isDevice() && value.toDevice().type() == kVtpu) return c10::Device(to);
-  return value;
 }
 
 // convolution_backward's `bias_sizes` (SymInt[]?) reaches a boxed kernel as
@@ -190,11 +147,6 @@ bool returns_only_tensors(const c10::FunctionSchema& schema) {
     return false;
   }
   return true;
-}
-
-std::string op_name(const c10::OperatorHandle& op) {
-  const auto& name = op.operator_name();
-  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
 }
 
 // CPU aliases for the arguments, built at dispatch: they snapshot each
@@ -357,22 +309,9 @@ void run_synchronously(const c10::OperatorHandle& op, Stack* stack, const char* 
     cpu_alias(device_arg).copy_(copy);
   }
   auto to_device = [&](const at::Tensor& result) -> at::Tensor {
-    if (!result.defined() || !result.device().is_cpu()) return result;
     for (const auto& [device_arg, copy] : resizable)
       if (result.is_same(copy)) return device_arg;
-    // A result over an argument's memory is that argument (in-place/out) or a view of it.
-    for (const at::Tensor& arg : device_args) {
-      if (result.storage().data() != arg.storage().data() || result.storage().data() == nullptr) continue;
-      if (result.sizes() == arg.sizes() && result.strides() == arg.strides() &&
-          result.storage_offset() == arg.storage_offset() && result.dtype() == arg.dtype())
-        return arg;
-      return device_view(arg, result);
-    }
-    at::Tensor out = result.is_non_overlapping_and_dense()
-                         ? empty_device_strided(result.sizes(), result.strides(), result.scalar_type())
-                         : empty_device(result.sizes(), result.scalar_type());
-    cpu_alias(out).copy_(result);
-    return out;
+    return host_result_on_device(result, device_args);
   };
   stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
   for (const c10::IValue& ret : host) stack->push_back(map_tensors(ret, to_device));
@@ -456,6 +395,14 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
     // Data-dependent output shapes (nonzero, boolean masks) cannot be
     // inferred; genuine argument errors are raised again by the CPU kernel.
     return run_synchronously(op, stack, "data_dependent_op");
+  }
+
+  // A sparse result (to_sparse, a sparse gradient of embedding_bag) is built
+  // by the CPU kernel itself: run it now and move its components.
+  for (const c10::IValue& value : meta) {
+    bool sparse = false;
+    for_each_tensor(value, [&](const at::Tensor& t) { sparse |= t.defined() && t.layout() != c10::kStrided; });
+    if (sparse) return run_synchronously(op, stack, "sparse_result");
   }
 
   // 2. Device outputs: arguments written in place, views of arguments, or
@@ -703,6 +650,27 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                            "smooth_l1_loss", "huber_loss", "conj_physical_", "addr.out"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
   }
+}
+
+
+at::Tensor host_result_on_device(const at::Tensor& result, const std::vector<at::Tensor>& device_args) {
+  if (!result.defined() || !result.device().is_cpu()) return result;
+  if (result.layout() == c10::kSparse) return sparse_copy_on(result, c10::Device(kVtpu, 0));
+  TORCH_CHECK_NOT_IMPLEMENTED(result.layout() == c10::kStrided, "vtpu tensors are strided or sparse COO; layout ",
+                              result.layout(), " is not supported on vtpu");
+  // A result over an argument's memory is that argument (in-place/out) or a view of it.
+  for (const at::Tensor& arg : device_args) {
+    if (result.storage().data() != arg.storage().data() || result.storage().data() == nullptr) continue;
+    if (result.sizes() == arg.sizes() && result.strides() == arg.strides() &&
+        result.storage_offset() == arg.storage_offset() && result.dtype() == arg.dtype())
+      return arg;
+    return device_view(arg, result);
+  }
+  at::Tensor out = result.is_non_overlapping_and_dense()
+                       ? empty_device_strided(result.sizes(), result.strides(), result.scalar_type())
+                       : empty_device(result.sizes(), result.scalar_type());
+  cpu_alias(out).copy_(result);
+  return out;
 }
 
 }  // namespace vtpu::bridge

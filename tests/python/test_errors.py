@@ -54,8 +54,11 @@ def test_shape_errors_are_raised_eagerly():
 
 
 def test_unsupported_layout_is_a_clear_error():
-    with pytest.raises(NotImplementedError):
-        torch.empty(2, 2, device="vtpu", layout=torch.sparse_coo)
+    # Sparse COO is supported (test_sparse.py); compressed layouts are not.
+    with pytest.raises(NotImplementedError, match="SparseCsrvtpu"):
+        torch.empty(2, 2, device="vtpu", layout=torch.sparse_csr)
+    with pytest.raises(NotImplementedError, match="layout SparseCsr is not supported on vtpu"):
+        torch.eye(3, device="vtpu").to_sparse_csr()
 
 
 _OVERLAP = "some elements of the input tensor and the written-to tensor refer to a single memory location"

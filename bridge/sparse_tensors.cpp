@@ -1,0 +1,189 @@
+// Sparse COO tensors on vtpu: ATen's SparseTensorImpl whose indices and
+// values are ordinary vtpu tensors. This is what `nn.Embedding(sparse=True)`
+// and `nn.EmbeddingBag(sparse=True)` produce as gradients, and what SGD,
+// Adagrad and SparseAdam consume (DLRM-style training).
+//
+// Metadata ops (construction, _indices, _values, nnz, dims, coalesced flag,
+// resize, copy) are ATen's own device-independent sparse kernels. Every other
+// op that sees a sparse vtpu tensor reaches the boxed fallback below: it runs
+// ATen's CPU (SparseCPU) kernel synchronously on CPU copies of the sparse
+// arguments and CPU aliases of the dense ones, then gives the sparse results
+// vtpu components again. Sparse work is a small part of such a step (the
+// touched rows only), so a synchronous host kernel costs little, and every
+// result is the CPU's by construction.
+#include <ATen/ATen.h>
+#include <ATen/SparseTensorImpl.h>
+#include <ATen/ops/_coalesced_native.h>
+#include <ATen/ops/_dimI_native.h>
+#include <ATen/ops/_dimV_native.h>
+#include <ATen/ops/_indices_native.h>
+#include <ATen/ops/_nnz_native.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors_native.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_native.h>
+#include <ATen/ops/_values_native.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/dense_dim_native.h>
+#include <ATen/ops/empty_native.h>
+#include <ATen/ops/indices_native.h>
+#include <ATen/ops/is_coalesced_native.h>
+#include <ATen/ops/sparse_dim_native.h>
+#include <ATen/ops/sparse_resize_and_clear_native.h>
+#include <ATen/ops/sparse_resize_native.h>
+#include <ATen/ops/values_native.h>
+#include <torch/library.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "boxed_arguments.h"
+#include "call_site.h"
+#include "device_context.h"
+
+namespace vtpu::bridge {
+
+at::Tensor sparse_copy_on(const at::Tensor& sparse, c10::Device device) {
+  return at::_sparse_coo_tensor_with_dims_and_tensors(
+      sparse.sparse_dim(), sparse.dense_dim(), sparse.sizes(), sparse._indices().to(device),
+      sparse._values().to(device), sparse.options().device(device), sparse.is_coalesced());
+}
+
+namespace {
+
+using Stack = torch::jit::Stack;
+
+bool is_device_sparse(const at::Tensor& t) { return on_device(t) && t.layout() == c10::kSparse; }
+
+// Makes the device tensor `target` hold what the kernel left in `host`, its
+// CPU copy (an in-place op on a sparse tensor replaces its components).
+void assign_sparse(const at::Tensor& target, const at::Tensor& host) {
+  auto* impl = static_cast<at::SparseTensorImpl*>(target.unsafeGetTensorImpl());
+  const c10::Device device = target.device();
+  impl->raw_resize_(host.sparse_dim(), host.dense_dim(), host.sizes());
+  impl->set_indices_and_values_unsafe(host._indices().to(device), host._values().to(device));
+  impl->set_coalesced(host.is_coalesced());
+}
+
+void sparse_host_fallback(const c10::OperatorHandle& op, Stack* stack) {
+  DeviceContext& context = DeviceContext::get();
+  const auto& schema = op.schema();
+  const auto& args = schema.arguments();
+  const std::size_t first = stack->size() - args.size();
+  const std::string name = op_name(op);
+  context.metrics().count_op();
+  context.metrics().count_host_fallback(name);
+  // Dense arguments are read and written in place through CPU aliases: queued
+  // kernels must have finished with them.
+  context.synchronize("sparse_op");
+
+  c10::Device device(kVtpu, 0);
+  std::vector<std::pair<at::Tensor, at::Tensor>> sparse_args;  // (device tensor, CPU copy)
+  std::vector<at::Tensor> dense_args;
+  CpuAliases aliases;
+  Stack host;
+  host.reserve(args.size());
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& value = (*stack)[first + i];
+    if (value.isDevice()) {
+      host.push_back(replace_device(value, c10::DeviceType::CPU));
+      continue;
+    }
+    host.push_back(map_tensors(value, [&](const at::Tensor& t) -> at::Tensor {
+      if (!on_device(t)) return t;
+      device = t.device();
+      if (t.layout() == c10::kSparse) {
+        at::Tensor copy = sparse_copy_on(t, c10::Device(c10::kCPU));
+        sparse_args.emplace_back(t, copy);
+        return copy;
+      }
+      dense_args.push_back(t);
+      return aliases(t);
+    }));
+  }
+
+  context.metrics().count_kernel();
+  try {
+    op.callBoxed(host);
+  } catch (c10::NotImplementedError& error) {
+    error.add_context("[vtpu] " + name + " on sparse vtpu tensors runs ATen's CPU kernel, and it has none");
+    rethrow_annotated(std::current_exception(), name, capture_call_site());
+  } catch (const c10::Error&) {
+    rethrow_annotated(std::current_exception(), name, capture_call_site());
+  }
+
+  // Sparse arguments the op writes get their new components back.
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].alias_info() || !args[i].alias_info()->isWrite()) continue;
+    for_each_tensor((*stack)[first + i], [&](const at::Tensor& t) {
+      for (const auto& [target, copy] : sparse_args)
+        if (target.is_same(t)) assign_sparse(target, copy);
+    });
+  }
+  auto to_device = [&](const at::Tensor& result) -> at::Tensor {
+    if (!result.defined() || !result.device().is_cpu()) return result;
+    for (const auto& [target, copy] : sparse_args)
+      if (result.is_same(copy)) return target;  // coalesce() of a coalesced tensor, in place
+    if (result.layout() == c10::kSparse) return sparse_copy_on(result, device);
+    return host_result_on_device(result, dense_args);
+  };
+  stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  for (const c10::IValue& ret : host) stack->push_back(map_tensors(ret, to_device));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
+  m.impl("_sparse_coo_tensor_with_dims_and_tensors", TORCH_FN(at::native::new_with_dims_and_tensor_sparse_symint));
+  m.impl("_sparse_coo_tensor_with_dims", TORCH_FN(at::native::new_with_dims_sparse));
+  m.impl("empty.memory_format", TORCH_FN(at::native::empty_sparse));
+  m.impl("_nnz", TORCH_FN(at::native::_nnz_sparse));
+  m.impl("_indices", TORCH_FN(at::native::_indices_sparse));
+  m.impl("_values", TORCH_FN(at::native::_values_sparse));
+  m.impl("indices", TORCH_FN(at::native::indices_sparse));
+  m.impl("values", TORCH_FN(at::native::values_sparse));
+  m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse));
+  m.impl("dense_dim", TORCH_FN(at::native::dense_dim_sparse));
+  m.impl("_dimI", TORCH_FN(at::native::sparse_dim_sparse));
+  m.impl("_dimV", TORCH_FN(at::native::dense_dim_sparse));
+  m.impl("is_coalesced", TORCH_FN(at::native::is_coalesced_sparse));
+  m.impl("_coalesced_", TORCH_FN(at::native::_coalesced_sparse_));
+  m.impl("sparse_resize_", TORCH_FN(at::native::sparse_resize_));
+  m.impl("sparse_resize_and_clear_", TORCH_FN(at::native::sparse_resize_and_clear_));
+  m.impl("copy_", TORCH_FN(at::native::copy_sparse_));
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_host_fallback>());
+}
+
+namespace {
+
+// Ops with a SparseCPU kernel and a CompositeExplicitAutograd one: the
+// composite would win over the fallback and treat the sparse tensor as a
+// dense one (sum() returned its input unchanged). Each aten op with a
+// SparseCPU kernel and none for vtpu gets the fallback as its kernel. Runs
+// when this library loads, after libtorch registered its kernels and after
+// the registrations above (same file, in order).
+struct SparseCpuKernelsForVtpu {
+  std::unique_ptr<torch::Library> library;
+
+  SparseCpuKernelsForVtpu() {
+    library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::SparsePrivateUse1,
+                                               __FILE__, __LINE__);
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const c10::OperatorName& name : dispatcher.getAllOpNamesForDispatchKey(c10::DispatchKey::SparseCPU)) {
+      if (name.name.rfind("aten::", 0) != 0) continue;
+      const auto op = dispatcher.findOp(name);
+      if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::SparsePrivateUse1)) continue;
+      std::string qualified = name.name.substr(6);
+      if (!name.overload_name.empty()) qualified += "." + name.overload_name;
+      library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&sparse_host_fallback>());
+    }
+  }
+};
+const SparseCpuKernelsForVtpu sparse_cpu_kernels_for_vtpu;
+
+}  // namespace
+
+}  // namespace vtpu::bridge

@@ -1,7 +1,8 @@
 // Ops that ATen answers differently for "other" backends than for CPU, where
 // the generic host-kernel path alone would be wrong, slow or missing:
 // shallow-copy compatibility (.data =, tied weights across .to()), the fused
-// RNN cells ATen only has for CUDA, and the SDPA backend choice.
+// RNN cells ATen only has for CUDA, the SDPA backend choice, and
+// scalar_tensor's conversion of its value.
 #include <ATen/ATen.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
@@ -80,6 +81,19 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
                                is_causal, scale, enable_gqa);
 }
 
+// The CPU makes a scalar tensor by storing the value unchecked for floating
+// types (a float16 -1e9 is -inf: `torch.where(mask, half, -1e9)`, an attention
+// masking idiom, goes through here) and checked for integers; ATen's composite
+// for other devices fills an empty tensor, which raises for both. The value is
+// made on the CPU by the CPU's rule, then copied.
+at::Tensor scalar_tensor(const c10::Scalar& value, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+  const at::Tensor host = at::scalar_tensor(value, at::TensorOptions().dtype(dtype).layout(layout));
+  return empty_device({}, host.scalar_type()).copy_(host);
+}
+
 }  // namespace
 
 // F.scaled_dot_product_attention asks the backend's `_fused_sdp_choice_stub`
@@ -105,6 +119,7 @@ REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &vtpu::bridge::fused_sdp_c
 namespace vtpu::bridge {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("scalar_tensor", TORCH_FN(scalar_tensor));
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
 }

@@ -470,9 +470,21 @@ std::unordered_map<std::string, compiler::VtpuKernelFn>& launch_memo() {
 
 }  // namespace
 
+bool exact_in_double(const c10::Scalar& value) {
+  constexpr std::int64_t kExact = std::int64_t{1} << 53;
+  if (value.isIntegral(/*includeBool=*/false)) {
+    if (value.type() == c10::ScalarType::UInt64) return value.toUInt64() <= static_cast<std::uint64_t>(kExact);
+    const std::int64_t v = value.toLong();
+    return v >= -kExact && v <= kExact;
+  }
+  return true;
+}
+
 bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Tensor> inputs,
                       const ir::Attributes& attrs) {
   if (out.dim() > compiler::kMaxRank || !to_ir(out.scalar_type())) return false;
+  for (const at::Tensor& t : inputs)
+    if (is_host_scalar(t) && !exact_in_double(host_scalar(t))) return false;
   // An output that may be one location in several places (unfold's
   // windows: chunks on several threads raced), or that shares memory with
   // an input it is not: ATen's kernel, in the CPU's element order.
@@ -480,11 +492,12 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
   for (const at::Tensor& t : inputs)
     if (t.device().type() == kVtpu && partly_overlaps(out, t)) return false;
   // Argument checks of ATen's functions that the IR does not make (found by
-  // review): subtraction of bool tensors, abs of bool, integers to a
-  // negative scalar power. ATen's kernel raises the CPU's error.
+  // review): subtraction of bool tensors, abs and pow of bool, integers to
+  // a negative scalar power. ATen's kernel raises the CPU's error.
   const auto is_bool = [](const at::Tensor& t) { return t.scalar_type() == at::kBool; };
   if (op == ir::OpKind::Sub && std::any_of(inputs.begin(), inputs.end(), is_bool)) return false;
   if (op == ir::OpKind::Abs && is_bool(out)) return false;
+  if (op == ir::OpKind::Pow && is_bool(out)) return false;  // ATen has no bool pow (and the kernel did not compile)
   if (op == ir::OpKind::Pow && at::isIntegralType(out.scalar_type(), /*includeBool=*/true) && inputs.size() == 2 &&
       is_host_scalar(inputs[1]) && host_scalar(inputs[1]).toDouble() < 0)
     return false;

@@ -26,6 +26,11 @@ bool generated_kernels_enabled();
 // The IR dtype of a torch dtype; nullopt for the ones the IR lacks (complex, ...).
 std::optional<ir::DType> to_ir_dtype(c10::ScalarType t);
 
+// Launch scalars and attributes travel as doubles: an integer scalar beyond
+// 2^53 would lose its low bits (an int64 hash constant, `t * (2**63 - 1)`),
+// so ops with one stay on ATen's kernel.
+bool exact_in_double(const c10::Scalar& value);
+
 // Runs `op` over `inputs` into `out` (already allocated with the op's result
 // geometry) on a generated kernel. Returns false, having done nothing, when
 // the op/dtypes/operands are outside what the generator handles or the

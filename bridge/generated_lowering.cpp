@@ -58,8 +58,10 @@ std::optional<OpKind> pow_as_simpler_op(const std::vector<at::Tensor>& operands)
   const double e = exponent.item<double>();
   if (e == 1.0) return OpKind::Cast;
   if (e == 2.0) return OpKind::Mul;
-  if (e == 0.5) return OpKind::Sqrt;
-  if (e == -0.5) return OpKind::Rsqrt;
+  // float16's pow by +-0.5 is pow itself in ATen (pow(-inf, 0.5) is inf).
+  const bool half = operands[0].scalar_type() == at::kHalf;
+  if (e == 0.5 && !half) return OpKind::Sqrt;
+  if (e == -0.5 && !half) return OpKind::Rsqrt;
   if (e == -1.0) return OpKind::Reciprocal;
   return std::nullopt;
 }
@@ -76,7 +78,18 @@ const std::unordered_map<std::string, Lowering>& table() {
         {"trunc", OpKind::Trunc},     {"exp2", OpKind::Exp2},     {"log2", OpKind::Log2},
         {"log1p", OpKind::Log1p},     {"expm1", OpKind::Expm1},   {"sign", OpKind::Sign},
         {"bitwise_not", OpKind::BitwiseNot}, {"logical_not", OpKind::LogicalNot}};
-    for (const auto& [name, kind] : unary) t->emplace(std::string("aten::") + name + ".out", Lowering{kind, {0}, none});
+    // ATen has no bool kernel for these (the CPU raises); left to it.
+    const auto not_bool = [](const std::vector<at::Tensor>& operands) {
+      for (const at::Tensor& t : operands)
+        if (t.scalar_type() == at::kBool) return false;
+      return true;
+    };
+    for (const auto& [name, kind] : unary) {
+      const bool rejects_bool = kind == OpKind::Floor || kind == OpKind::Ceil || kind == OpKind::Trunc;
+      t->emplace(std::string("aten::") + name + ".out",
+                 Lowering{kind, {0}, none, false, Lowering::Result::kOutArgument, 0,
+                          rejects_bool ? std::function<bool(const std::vector<at::Tensor>&)>(not_bool) : nullptr});
+    }
     const std::pair<const char*, OpKind> binary[] = {
         {"mul.out", OpKind::Mul},          {"div.out", OpKind::Div},
         {"maximum.out", OpKind::Maximum},  {"minimum.out", OpKind::Minimum},
@@ -100,10 +113,11 @@ const std::unordered_map<std::string, Lowering>& table() {
                Lowering{OpKind::Where, {0, 1, 2}, none, false, Lowering::Result::kFreshBroadcast, 1});
     // isneginf(x) = (x == -inf), false for integers by promotion.
     t->emplace("aten::isneginf.out", Lowering{OpKind::Eq, {0, -1}, none});
-    t->emplace("aten::relu", Lowering{OpKind::Relu, {0}, none, false, Lowering::Result::kFresh});
-    t->emplace("aten::relu_", Lowering{OpKind::Relu, {0}, none, false, Lowering::Result::kInPlace});
+    t->emplace("aten::relu", Lowering{OpKind::Relu, {0}, none, false, Lowering::Result::kFresh, 0, not_bool});
+    t->emplace("aten::relu_", Lowering{OpKind::Relu, {0}, none, false, Lowering::Result::kInPlace, 0, not_bool});
     // The optimizers' arithmetic (foreach AdamW/SGD decompose into these).
-    t->emplace("aten::addcmul.out", Lowering{OpKind::Addcmul, {0, 1, 2}, value_at_3});
+    t->emplace("aten::addcmul.out",
+               Lowering{OpKind::Addcmul, {0, 1, 2}, value_at_3, false, Lowering::Result::kOutArgument, 0, not_bool});
     t->emplace("aten::addcdiv.out", Lowering{OpKind::Addcdiv, {0, 1, 2}, value_at_3});
     t->emplace("aten::lerp.Scalar_out", Lowering{OpKind::Lerp, {0, 1, 2}, none});
     t->emplace("aten::lerp.Tensor_out", Lowering{OpKind::Lerp, {0, 1, 2}, none});
@@ -428,6 +442,8 @@ at::Tensor wrapped_number(const c10::Scalar& value) {
 bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const std::size_t num_args = schema.arguments().size();
+  for (std::size_t i = stack->size() - num_args; i < stack->size(); ++i)
+    if ((*stack)[i].isScalar() && !exact_in_double((*stack)[i].toScalar())) return false;
   const FoundLowering lowering_of_op = find_lowering(op);
   if (lowering_of_op.custom != nullptr) {
     const auto* custom = lowering_of_op.custom;
@@ -555,7 +571,7 @@ bool launch_generated_fill(const at::Tensor& self, const c10::Scalar& value) {
     return false;
   }
   const bool floating = at::isFloatingType(self.scalar_type());
-  if (!floating && std::abs(converted) > 9007199254740992.0) return false;
+  if (!floating && !exact_in_double(value)) return false;
   const c10::Scalar exact = floating ? c10::Scalar(converted) : c10::Scalar(static_cast<std::int64_t>(converted));
   return launch_generated_indexed(OpKind::Fill, self, {wrapped_number(exact)},
                                   {{"sizes", self.sizes().vec()}, {"dtype", *dtype}})

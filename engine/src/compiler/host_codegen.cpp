@@ -114,7 +114,32 @@ template <> struct vtpu_store_t<vtpu_half> { template <typename From> static vtp
 template <> struct vtpu_store_t<bool> { template <typename From> static bool of(From v) { return v != From(0); } };
 template <typename T> static inline T vtpu_max(T a, T b) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; if (b != b) return b; } return a > b ? a : b; }
 template <typename T> static inline T vtpu_min(T a, T b) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; if (b != b) return b; } return a < b ? a : b; }
-template <typename T> static inline T vtpu_relu(T a) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; } return a > T(0) ? a : T(0); }
+// relu(-0.0) is -0.0 and relu(NaN) NaN, as ATen's clamp_min(x, 0) gives.
+template <typename T> static inline T vtpu_relu(T a) { return a < T(0) ? T(0) : a; }
+// A float converted to an integer type as x86's truncating conversion does it
+// (what ATen's CPU kernels get): through 32 bits for types up to 32 bits
+// (64 for uint32, as GCC converts it), through 64 bits for the 64-bit types;
+// NaN and values out of that range give the minimum of that width, which the
+// narrowing then wraps. A plain static_cast is undefined there, and GCC folded
+// float -> int -> float into a trunc inside one fused kernel (fused mode gave
+// -1.0 for uint8(-1.5) read back as a float; strict, storing it, 255).
+template <typename To, typename From> static inline To vtpu_float_to_int(From x) {
+  const double d = static_cast<double>(x);
+  if constexpr (sizeof(To) == 8) {
+    if constexpr (std::is_unsigned_v<To>) {
+      if (d >= 9223372036854775808.0 && d < 18446744073709551616.0)
+        return static_cast<To>(static_cast<uint64_t>(static_cast<int64_t>(d - 9223372036854775808.0)) ^ (uint64_t(1) << 63));
+    }
+    const int64_t w = (d >= -9223372036854775808.0 && d < 9223372036854775808.0) ? static_cast<int64_t>(d) : INT64_MIN;
+    return static_cast<To>(w);
+  } else if constexpr (sizeof(To) == 4 && std::is_unsigned_v<To>) {
+    const int64_t w = (d >= -9223372036854775808.0 && d < 9223372036854775808.0) ? static_cast<int64_t>(d) : INT64_MIN;
+    return static_cast<To>(w);
+  } else {
+    const int32_t w = (d > -2147483649.0 && d < 2147483648.0) ? static_cast<int32_t>(d) : INT32_MIN;
+    return static_cast<To>(w);
+  }
+}
 template <typename T> static inline T vtpu_sign(T a) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return T(0); } return T((T(0) < a) - (a < T(0))); }
 // A reduction of value(0..n-1) in a fixed order that vectorises: element i
 // goes to lane i % 16, then lanes are combined pairwise. `init` must be the
@@ -198,6 +223,16 @@ static inline float vtpu_pow_bf16(float a, float b) {
   if (b == 3.0f) return vtpu_load(vtpu_to_bf16(a * a)) * a;
   if (b == -2.0f) return 1.0f / vtpu_load(vtpu_to_bf16(a * a));
   return vtpu_pow(a, b);
+}
+// float16's pow by 0.5 and -0.5 is pow itself in ATen (its other shortcuts
+// are float's): pow(-inf, 0.5) is inf, pow(-0.0, -0.5) +inf.
+static inline float vtpu_pow_half(float a, float b) {
+  if (b == 0.5f || b == -0.5f) return std::pow(a, b);
+  return vtpu_pow(a, b);
+}
+template <typename T> static inline T vtpu_pow_tensor(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) return std::pow(a, b);
+  else return vtpu_pow(a, b);
 }
 )PRELUDE";
 
@@ -513,7 +548,10 @@ class Emitter {
     const bool floating = ir::is_floating(node.common_dtype);
     const std::string T = ct;
     switch (node.op) {
-      case OpKind::Cast: return a;
+      case OpKind::Cast:
+        if (floating && ir::is_integral(node.type.dtype))
+          return "vtpu_float_to_int<" + std::string(storage_type(node.type.dtype)) + ">(" + a + ")";
+        return a;
       case OpKind::Neg: return "-" + a;
       case OpKind::Abs: return floating ? "std::fabs(" + a + ")" : "(" + a + " < 0 ? -" + a + " : " + a + ")";
       case OpKind::Exp: return "vtpu_exp(" + a + ")";
@@ -569,8 +607,16 @@ class Emitter {
         if (mode == "floor") return "vtpu_floor_div(" + a + ", " + b + ")";
         return a + " / " + b;
       }
-      case OpKind::Pow:
-        return (node.common_dtype == DType::kBFloat16 ? "vtpu_pow_bf16(" : "vtpu_pow(") + a + ", " + b + ")";
+      case OpKind::Pow: {
+        // ATen's shortcuts (sqrt for 0.5, ...) are those of pow(Tensor, Scalar);
+        // a tensor exponent takes pow itself (pow(-inf, 0.5) is inf, sqrt's NaN).
+        const bool scalar_exponent =
+            graph_.nodes()[static_cast<std::size_t>(node.inputs[1])].op == OpKind::Constant;
+        if (!scalar_exponent) return "vtpu_pow_tensor(" + a + ", " + b + ")";
+        if (node.common_dtype == DType::kBFloat16) return "vtpu_pow_bf16(" + a + ", " + b + ")";
+        if (node.common_dtype == DType::kFloat16) return "vtpu_pow_half(" + a + ", " + b + ")";
+        return "vtpu_pow(" + a + ", " + b + ")";
+      }
       case OpKind::Maximum: return "vtpu_max(" + a + ", " + b + ")";
       case OpKind::Minimum: return "vtpu_min(" + a + ", " + b + ")";
       case OpKind::Eq: return a + " == " + b;

@@ -97,7 +97,11 @@ SystemCompiler::SystemCompiler(std::string executable) : executable_(std::move(e
             // clamp test in kernel_math.h) because one could raise a floating-point
             // exception flag, and leaves every such loop scalar. Values are
             // unchanged: it only drops the promise to keep exception flags exact.
-            "-fno-trapping-math", "-fvisibility=hidden"};
+            "-fno-trapping-math",
+            // Signed integer arithmetic wraps, as in ATen's kernels: without it
+            // GCC assumed no overflow inside a fused kernel (-a == a was false
+            // for INT_MIN, which strict, storing -a first, got right).
+            "-fwrapv", "-fvisibility=hidden"};
 #if defined(__x86_64__)
   // GCC keeps vectors at 256 bits on AVX-512 hosts unless told otherwise; the
   // polynomial math of kernel_math.h is compute-bound, and 512-bit vectors run

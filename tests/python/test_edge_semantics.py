@@ -1,0 +1,161 @@
+"""Edge cases where vTPU's generated kernels differed from ATen's CPU kernels, or fused
+mode from strict mode (found by a review probing integer, special-value and dtype
+semantics, 2026-12-05). Each test fails without its fix."""
+import pytest
+import torch
+
+import torch_vtpu
+from torch_vtpu import _C
+
+MODES = ["strict", "fused", "debug"]
+INF, NAN = float("inf"), float("nan")
+
+
+def _fused_steady(program, *args):
+    """`program` in fused mode once its fused kernel exists (the first runs are
+    unfused while it compiles)."""
+    with torch_vtpu.mode("fused"):
+        for _ in range(2):
+            kept = program(*args)  # a result nobody holds is never computed
+            torch.vtpu.synchronize()
+            _C._wait_for_fusion_compiles()
+            del kept
+        before = torch_vtpu.metrics()["fused_kernels"]
+        out = program(*args).cpu()
+        assert torch_vtpu.metrics()["fused_kernels"] > before, "the program did not fuse"
+    return out
+
+
+CAST_VALUES = [-1.5, 300.0, NAN, INF, -INF, 3e9, -3e9, 1e19, -1e19, 2.0**31, -(2.0**31), 255.9, -0.7, 70000.0]
+
+
+@pytest.mark.parametrize("source", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("target", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64], ids=str)
+@pytest.mark.parametrize("read_back", [torch.float32, torch.float64], ids=str)
+def test_float_to_integer_casts_read_back_as_floats_wrap_like_the_cpu(source, target, read_back):
+    # Fused mode gave uint8(-1.5) as -1.0 and int32(3e9) as 3e9: a plain
+    # static_cast is undefined out of range and GCC folded float -> int ->
+    # float into a trunc inside the fused kernel (strict, storing the integer,
+    # was right).
+    x = torch.tensor(CAST_VALUES, dtype=torch.float64).to(source)
+
+    def program(t):
+        return t.mul(1).to(target).to(read_back)
+
+    want = program(x)
+    with torch_vtpu.mode("strict"):
+        strict = program(x.to("vtpu")).cpu()
+    fused = _fused_steady(program, x.to("vtpu"))
+    assert torch.equal(strict, want)
+    assert torch.equal(fused, want)
+
+
+def test_signed_integer_overflow_in_a_fused_kernel_wraps():
+    # Kernels are built with -fwrapv: GCC took -a == a as false for INT_MIN
+    # inside one fused kernel.
+    a = torch.tensor([-2**31, 5], dtype=torch.int32)
+
+    def program(t):
+        return (-t) == t
+
+    want = program(a)
+    assert want.tolist() == [True, False]
+    assert torch.equal(_fused_steady(program, a.to("vtpu")), want)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_relu_keeps_negative_zero_and_nan(mode):
+    torch_vtpu.set_mode(mode)
+    x = torch.tensor([-0.0, 0.0, -1.0, 2.0, NAN])
+    got = torch.relu(x.to("vtpu")).cpu()
+    want = torch.relu(x)
+    assert torch.equal(got.isnan(), want.isnan())
+    keep = ~want.isnan()
+    assert torch.equal(got[keep], want[keep])
+    assert torch.equal(torch.signbit(got[keep]), torch.signbit(want[keep]))  # relu(-0.0) is -0.0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_pow_with_a_tensor_exponent_is_pow_not_its_scalar_shortcuts(mode):
+    torch_vtpu.set_mode(mode)
+    base = torch.tensor([-INF, -INF, -0.0, -0.0, 4.0])
+    exponent = torch.tensor([0.5, -0.5, 0.5, -0.5, 0.5])
+    got = torch.pow(base.to("vtpu"), exponent.to("vtpu")).cpu()
+    want = torch.pow(base, exponent)
+    assert want.tolist() == [INF, 0.0, 0.0, INF, 2.0]
+    assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_float16_pow_by_a_half_is_pow(mode):
+    torch_vtpu.set_mode(mode)
+    x = torch.tensor([-INF, -0.0, 4.0], dtype=torch.float16)
+    for e in (0.5, -0.5):
+        got = (x.to("vtpu") ** e).cpu()
+        want = x**e
+        assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want)), e
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_bool_to_the_power_of_bool_raises_without_a_kernel_build_failure(mode, recwarn):
+    # The generated kernel did not compile (make_unsigned<bool>, a warning);
+    # ATen then raised, as the CPU does.
+    torch_vtpu.set_mode(mode)
+    a = torch.tensor([True, True, False, False])
+    for device in ("cpu", "vtpu"):
+        with pytest.raises(NotImplementedError, match="not implemented for 'Bool'"):
+            torch.pow(a.to(device), a.to(device))
+            torch.vtpu.synchronize()
+    assert not [w for w in recwarn if "make_unsigned" in str(w.message)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_where_with_a_number_beyond_the_16_bit_range_saturates(mode, dtype):
+    # The attention-masking idiom raised "value cannot be converted to type
+    # c10::Half without overflow"; the CPU's scalar tensor stores -inf.
+    torch_vtpu.set_mode(mode)
+    mask = torch.tensor([True, False, True])
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=dtype)
+    big = -1e9 if dtype == torch.float16 else -1e39
+    want = torch.where(mask, x, big)
+    got = torch.where(mask.to("vtpu"), x.to("vtpu"), big).cpu()
+    assert torch.equal(got, want) and want[1].item() == -INF
+    assert torch.equal(torch.scalar_tensor(big, dtype=dtype, device="vtpu").cpu(), torch.scalar_tensor(big, dtype=dtype))
+    # Integers stay checked, as on the CPU.
+    for device in ("cpu", "vtpu"):
+        with pytest.raises(RuntimeError, match="without overflow"):
+            torch.scalar_tensor(300, dtype=torch.int8, device=device)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_integer_scalars_beyond_2_to_the_53_keep_their_low_bits(mode):
+    # Launch scalars are doubles: such ops now run ATen's kernel.
+    torch_vtpu.set_mode(mode)
+    big = 6364136223846793005
+    cases = [
+        lambda d: torch.tensor([1, 2, 3], device=d) * big,
+        lambda d: torch.tensor([1, 2], device=d) * (2**63 - 1),
+        lambda d: torch.tensor([1, 2], dtype=torch.int32, device=d) * (2**53 + 7),
+        lambda d: torch.add(torch.tensor([1, 2], device=d), torch.tensor([3, 4], device=d), alpha=2**53 + 1),
+        lambda d: torch.tensor([1, 2], device=d).mul(torch.tensor(2**53 + 1)),
+        lambda d: torch.full((2,), 2**53 + 1, device=d),
+        lambda d: torch.zeros(2, dtype=torch.long, device=d).fill_(-(2**53) - 1),
+        lambda d: torch.where(torch.tensor([False, True], device=d), torch.tensor([0, 1], device=d), 2**53 + 1),
+        lambda d: torch.addcmul(torch.zeros(2, dtype=torch.long, device=d), torch.ones(2, dtype=torch.long, device=d),
+                                torch.ones(2, dtype=torch.long, device=d), value=2**53 + 1),
+    ]
+    for i, case in enumerate(cases):
+        assert torch.equal(case("vtpu").cpu(), case("cpu")), i
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ops_without_a_bool_kernel_raise_on_bool_tensors(mode):
+    torch_vtpu.set_mode(mode)
+    calls = [torch.relu, torch.floor, torch.ceil, torch.trunc, lambda t: torch.addcmul(t, t, t)]
+    for call in calls:
+        with pytest.raises(Exception) as on_cpu:
+            call(torch.tensor([True, False]))
+        with pytest.raises(type(on_cpu.value)):
+            call(torch.tensor([True, False], device="vtpu"))
+            torch.vtpu.synchronize()

@@ -1,6 +1,7 @@
 #include "generated_lowering.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ops/_embedding_bag_backward_native.h>
 #include <ATen/Dispatch.h>
 #include <ATen/native/TypeProperties.h>
 
@@ -277,6 +278,18 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
       const at::Tensor& indices = a[1].toTensor();
       const at::Tensor& offsets = a[2].toTensor();
       const bool weighted = a[10].isTensor() && a[10].toTensor().defined();
+      // A sparse gradient (EmbeddingBag(sparse=True)): ATen's backward is
+      // device-generic code (offset2bag, index_select of the bags' rows,
+      // the mean's scaling, per-sample weights, then the sparse tensor over
+      // the indices), so it runs here on device ops, queued like the rest of
+      // the step; only a padding index (a boolean mask) synchronises. On the
+      // host-kernel path it would synchronise every table's backward.
+      if (a[9].toBool() && grad.device().type() == kVtpu) {
+        const std::optional<at::Tensor> weights = weighted ? std::optional(a[10].toTensor()) : std::nullopt;
+        return at::native::_embedding_bag_backward_symint(grad, indices, offsets, a[3].toTensor(), a[4].toTensor(),
+                                                          a[5].toTensor(), a[6].toSymInt(), a[7].toBool(),
+                                                          a[8].toInt(), true, weights, a[11].toInt());
+      }
       if (a[9].toBool() || a[8].toInt() != 0 || weighted || a[7].toBool() || grad.dim() != 2 || indices.dim() != 1 ||
           offsets.dim() != 1 || offsets.numel() != grad.size(0) || indices.numel() == 0 ||
           offsets.scalar_type() != indices.scalar_type())

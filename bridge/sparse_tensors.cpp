@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "aten_bridge.h"
 #include "boxed_arguments.h"
 #include "call_site.h"
 #include "device_context.h"
@@ -65,6 +66,100 @@ void assign_sparse(const at::Tensor& target, const at::Tensor& host) {
   impl->set_coalesced(host.is_coalesced());
 }
 
+// An argument of a queued sparse op, captured at dispatch: a dense device
+// tensor, a sparse one (its components), or any other value as it is.
+struct QueuedArgument {
+  enum class Kind { kValue, kDense, kSparse } kind = Kind::kValue;
+  c10::IValue value;
+  KernelOperand dense;  // kDense; kSparse: the values
+  KernelOperand indices;
+  std::vector<std::int64_t> sizes;
+  std::int64_t sparse_dim = 0;
+  std::int64_t dense_dim = 0;
+  bool coalesced = false;
+
+  c10::IValue host() const {
+    switch (kind) {
+      case Kind::kDense: return dense.host();
+      case Kind::kSparse: {
+        const at::Tensor values = dense.host();
+        return at::_sparse_coo_tensor_with_dims_and_tensors(sparse_dim, dense_dim, sizes, indices.host(), values,
+                                                            values.options().layout(c10::kSparse), coalesced);
+      }
+      default: return value;
+    }
+  }
+};
+
+// An op whose only results are dense device tensors it writes in place needs
+// nothing at dispatch: a parameter's add_ of its sparse gradient (SGD's step,
+// Adagrad's sums) is queued as host-kernel-path ops are, instead of draining
+// the stream. The CPU kernel then runs on aliases of the components.
+bool writes_only_dense_arguments(const c10::FunctionSchema& schema, const Stack& stack, std::size_t first) {
+  for (const c10::Argument& ret : schema.returns())
+    if (!ret.alias_info() || !ret.alias_info()->isWrite() || ret.type()->kind() != c10::TypeKind::TensorType)
+      return false;
+  const auto& args = schema.arguments();
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& value = stack[first + i];
+    const bool written = args[i].alias_info() && args[i].alias_info()->isWrite();
+    if (value.isTensorList() || value.isList() || value.isGenerator()) return false;
+    if (!value.isTensor()) {
+      if (written) return false;
+      continue;
+    }
+    const at::Tensor& t = value.toTensor();
+    if (!t.defined()) continue;
+    if (!on_device(t) || (written && t.layout() != c10::kStrided)) return false;
+    if (t.layout() != c10::kStrided && t.layout() != c10::kSparse) return false;
+  }
+  return true;
+}
+
+void queue_sparse_op(const c10::OperatorHandle& op, Stack* stack, std::size_t first, const std::string& name) {
+  const std::size_t count = op.schema().arguments().size();
+  std::vector<QueuedArgument> captured(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const c10::IValue& value = (*stack)[first + i];
+    QueuedArgument& arg = captured[i];
+    if (!value.isTensor() || !value.toTensor().defined()) {
+      arg.value = value;
+      continue;
+    }
+    const at::Tensor& t = value.toTensor();
+    if (t.layout() == c10::kSparse) {
+      arg.kind = QueuedArgument::Kind::kSparse;
+      arg.indices = KernelOperand::capture(t._indices());
+      arg.dense = KernelOperand::capture(t._values());
+      arg.sizes = t.sizes().vec();
+      arg.sparse_dim = t.sparse_dim();
+      arg.dense_dim = t.dense_dim();
+      arg.coalesced = t.is_coalesced();
+    } else {
+      arg.kind = QueuedArgument::Kind::kDense;
+      arg.dense = KernelOperand::capture(t);
+    }
+  }
+  DeviceContext::get().launch([op, captured = std::move(captured)] {
+    Stack host;
+    host.reserve(captured.size());
+    for (const QueuedArgument& arg : captured) host.push_back(arg.host());
+    op.callBoxed(host);
+  }, name);
+  // The results are the written arguments themselves.
+  std::vector<c10::IValue> results;
+  const auto& returns = op.schema().returns();
+  const auto& args = op.schema().arguments();
+  for (const c10::Argument& ret : returns)
+    for (std::size_t i = 0; i < args.size(); ++i)
+      if (args[i].alias_info() && args[i].alias_info()->beforeSets() == ret.alias_info()->beforeSets()) {
+        results.push_back((*stack)[first + i]);
+        break;
+      }
+  stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  for (c10::IValue& result : results) stack->push_back(std::move(result));
+}
+
 void sparse_host_fallback(const c10::OperatorHandle& op, Stack* stack) {
   DeviceContext& context = DeviceContext::get();
   const auto& schema = op.schema();
@@ -73,6 +168,7 @@ void sparse_host_fallback(const c10::OperatorHandle& op, Stack* stack) {
   const std::string name = op_name(op);
   context.metrics().count_op();
   context.metrics().count_host_fallback(name);
+  if (writes_only_dense_arguments(schema, *stack, first)) return queue_sparse_op(op, stack, first, name);
   // Dense arguments are read and written in place through CPU aliases: queued
   // kernels must have finished with them.
   context.synchronize("sparse_op");

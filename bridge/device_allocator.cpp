@@ -34,6 +34,7 @@ class DeviceAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     void* ptr = nullptr;
+    check_not_in_forked_child();
     try {
       ptr = DeviceContext::get().allocator().allocate(nbytes);
     } catch (const runtime::OutOfMemoryError& e) {

@@ -1,5 +1,8 @@
 #include "device_context.h"
 
+#include <c10/util/Exception.h>
+#include <pthread.h>
+
 #include <chrono>
 
 #include <cstdlib>
@@ -11,6 +14,8 @@
 
 namespace vtpu::bridge {
 namespace {
+
+std::atomic<bool> forked_child{false};
 
 std::function<void()>& worker_start_hook() {
   static std::function<void()> hook;
@@ -115,6 +120,8 @@ DeviceContext::DeviceContext()
       })) {
   if (const char* env = std::getenv("VTPU_PROFILE_OPS"); env != nullptr && std::string(env) == "1")
     metrics_.set_per_op_timing(true);
+  // The stream's worker exists from here on; a fork copies only its caller.
+  pthread_atfork(nullptr, nullptr, [] { forked_child.store(true, std::memory_order_relaxed); });
   // Before cached blocks return to the host, queued work that may still use
   // them (they were freed when their owner dropped them) must have run. On
   // the worker itself everything queued before the running task is done.
@@ -127,6 +134,14 @@ DeviceContext::DeviceContext()
     if (blocking_wait_wrapper()) blocking_wait_wrapper()(wait);
     else wait();
   });
+}
+
+bool in_forked_child() { return forked_child.load(std::memory_order_relaxed); }
+
+void check_not_in_forked_child() {
+  TORCH_CHECK(!in_forked_child(),
+              "Cannot re-initialize vtpu in forked subprocess. To use vtpu with multiprocessing, you must use the "
+              "'spawn' start method");
 }
 
 DeviceContext& DeviceContext::get() {
@@ -180,6 +195,7 @@ KernelClass classify_kernel(const std::string& op) {
 }
 
 void DeviceContext::enqueue_task(std::function<void()> kernel, std::string op) {
+  check_not_in_forked_child();
   const CallSite site = capture_call_site();
   const KernelClass kind = classify_kernel(op);
   if (mode() == Mode::kDebug) {
@@ -207,6 +223,7 @@ void DeviceContext::enqueue_task(std::function<void()> kernel, std::string op) {
 }
 
 void DeviceContext::synchronize(const char* reason) {
+  check_not_in_forked_child();
   metrics_.count_sync(reason);
   if (stream_->on_worker_thread()) return;
   flush_window(reason, /*count=*/false);

@@ -18,6 +18,13 @@ namespace vtpu::bridge {
 
 enum class Mode { kDebug, kStrict, kFused };
 
+// A child forked after the device started has no stream worker and no pool
+// threads (fork copies only the calling thread): device work there would
+// wait forever. As CUDA does, such a child may not use the device: these
+// raise RuntimeError ("Cannot re-initialize vtpu in forked subprocess").
+bool in_forked_child();
+void check_not_in_forked_child();
+
 const char* mode_name(Mode mode);
 // Throws std::invalid_argument naming the accepted modes.
 Mode parse_mode(const std::string& name);

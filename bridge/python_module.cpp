@@ -181,7 +181,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_physical_memory", [] { return vtpu::runtime::physical_memory_bytes(); });
   // Called at interpreter exit: finish queued work while everything it uses
   // still exists; errors nobody asked for any more are dropped, not raised.
+  m.def("_in_forked_child", [] { return in_forked_child(); });
   m.def("_shutdown", [] {
+    if (in_forked_child()) return;  // no worker to wait for; the parent owns the device
     py::gil_scoped_release no_gil;
     auto& stream = DeviceContext::get().stream();
     stream.wait_for(stream.enqueued());

@@ -26,6 +26,7 @@ from . import _C  # registers kernels, allocator, guard and hooks for PrivateUse
 from ._modes import flush, fused_min_elements, get_mode, mode, set_fused_min_elements, set_mode
 from ._metrics import metrics, profile_ops, reset_metrics
 from . import debug  # noqa: E402
+from . import _multiprocessing  # noqa: E402
 from .advisor import advise  # noqa: E402
 
 __version__ = "0.1.0"
@@ -76,7 +77,21 @@ def _drain_autograd_device_thread() -> None:
         pass
 
 
+def _report_unraised_error() -> None:
+    """An error of a queued kernel that no synchronisation raised before exit is
+    printed, not dropped: the CPU would have raised it at the op (a review found a
+    program with an out-of-range index_select exiting 0 without a word)."""
+    try:
+        _C._synchronize()
+    except Exception as error:  # noqa: BLE001 - reported, whatever its type
+        sys.stderr.write("vtpu: an error of a queued kernel was never raised (the program ended without "
+                         f"synchronizing): {type(error).__name__}: {error}\n")
+
+
 def _shutdown() -> None:
+    if _C._in_forked_child():  # the parent owns the device; nothing here to drain
+        return
+    _report_unraised_error()
     debug._uninstall_checker()  # its dispatch mode is a Python object in autograd's TLS copy
     _drain_autograd_device_thread()
     _C._shutdown()
@@ -84,6 +99,7 @@ def _shutdown() -> None:
 
 _register_device()
 _set_library_paths()
+_multiprocessing.install()
 atexit.register(_shutdown)
 _modes._apply_env_mode()
 debug._sync_checker()

@@ -86,10 +86,10 @@ def get_amp_supported_dtype() -> List[torch.dtype]:
 
 
 def _is_in_bad_fork() -> bool:
-    # The device stream is a thread; a forked child has no worker. DataLoader
-    # workers only touch CPU tensors, so forking is safe as long as the child
-    # does no vtpu work, which is what CUDA's rule enforces too.
-    return False
+    # The device stream is a thread, which a forked child does not have: the
+    # child may not use the device (it raises, as CUDA does). DataLoader workers
+    # that only touch CPU tensors fork safely.
+    return _C._in_forked_child()
 
 
 # ---- random ----------------------------------------------------------------
@@ -141,29 +141,44 @@ def set_rng_state_all(new_states: List[torch.Tensor]) -> None:
 # ---- memory ----------------------------------------------------------------
 
 def memory_stats(device: _DeviceLike = None) -> Dict[str, int]:
+    """The allocator's counters under CUDA's names ("allocated_bytes.all.current",
+    "allocated_bytes.all.peak", "num_ooms", ...: code written for
+    torch.cuda.memory_stats reads them unchanged), plus vtpu's own flat names
+    (allocated_bytes, peak_allocated_bytes, reserved_bytes, capacity_bytes, ...)."""
     _check_device(device)
-    return dict(_C._memory_stats())
+    stats = dict(torch.accelerator.memory_stats(torch.device("vtpu", 0)))
+    stats.update(_C._memory_stats())
+    return stats
 
 
 def memory_allocated(device: _DeviceLike = None) -> int:
-    return memory_stats(device)["allocated_bytes"]
+    _check_device(device)
+    return _C._memory_stats()["allocated_bytes"]
 
 
 def max_memory_allocated(device: _DeviceLike = None) -> int:
-    return memory_stats(device)["peak_allocated_bytes"]
+    _check_device(device)
+    return _C._memory_stats()["peak_allocated_bytes"]
 
 
 def memory_reserved(device: _DeviceLike = None) -> int:
-    return memory_stats(device)["reserved_bytes"]
+    _check_device(device)
+    return _C._memory_stats()["reserved_bytes"]
 
 
 def max_memory_reserved(device: _DeviceLike = None) -> int:
-    return memory_stats(device)["peak_reserved_bytes"]
+    _check_device(device)
+    return _C._memory_stats()["peak_reserved_bytes"]
 
 
 def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
     _check_device(device)
     _C._reset_peak_memory_stats()
+
+
+def reset_max_memory_allocated(device: _DeviceLike = None) -> None:
+    """CUDA's older name: resets every peak counter, as reset_peak_memory_stats."""
+    reset_peak_memory_stats(device)
 
 
 def empty_cache() -> None:

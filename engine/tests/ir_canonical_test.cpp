@@ -73,7 +73,13 @@ TEST(IrCanonicalTest, GenericModeForgetsSizesOfSameRankContiguousTensors) {
 TEST(IrCanonicalTest, LayoutClasses) {
   EXPECT_EQ(layout_class(T(kFloat32, {2, 3})).kind, LayoutKind::kContiguous);
   EXPECT_EQ(layout_class(TensorType{kFloat32, {1, 3}, {7, 1}}).kind, LayoutKind::kContiguous);
-  EXPECT_EQ(layout_class(TensorType{kFloat32, {0, 3}, {5, 9}}).kind, LayoutKind::kContiguous);
+  // Empty tensors are classed by their strides too: an empty operand expanded
+  // from a 0-dim tensor is a broadcast, as the fused window's pattern key
+  // says (classed contiguous, its kernel read it as a dense buffer when the
+  // pattern later ran on a non-empty shape).
+  EXPECT_EQ(layout_class(TensorType{kFloat32, {0, 3}, {3, 1}}).kind, LayoutKind::kContiguous);
+  EXPECT_EQ(layout_class(TensorType{kFloat32, {0, 3}, {0, 0}}), (LayoutClass{LayoutKind::kBroadcast, 0b11}));
+  EXPECT_EQ(layout_class(TensorType{kFloat32, {0, 3}, {5, 9}}).kind, LayoutKind::kStrided);
   EXPECT_EQ(layout_class(TensorType{kFloat32, {4, 3}, {0, 1}}), (LayoutClass{LayoutKind::kBroadcast, 0b01}));
   EXPECT_EQ(layout_class(TensorType{kFloat32, {4, 2, 3}, {3, 0, 1}}),
             (LayoutClass{LayoutKind::kBroadcast, 0b010}));

@@ -163,3 +163,28 @@ def test_environment_variables_turn_the_checks_on():
     assert out.returncode == 0, out.stderr
     assert "nan-check: [log] produced NaN or Inf from finite inputs" in out.stdout
     assert "crosscheck: [mm] vtpu result differs from the CPU reference" in out.stdout
+
+
+@pytest.mark.parametrize("check", ["nans", "crosscheck"])
+def test_checks_leave_tracing_and_forward_ad_transforms_working(check):
+    # Found by review: under a check, make_fx and torch.func.linearize raised
+    # "trying to get value out of a tracing tensor" (the check's .item() was
+    # traced), x.to("meta") raised "Cannot copy out of meta tensor", and
+    # jacfwd(randomness="same") compared forward AD's zero tensors, which
+    # segfaulted. A subprocess, so that a crash fails only this test.
+    program = f"""
+import torch, torch_vtpu, torch.func as tf
+from torch.fx.experimental.proxy_tensor import make_fx
+torch_vtpu.set_mode("debug")
+torch_vtpu.debug.{"check_nans" if check == "nans" else "crosscheck"}(True)
+x = torch.randn(5).to("vtpu")
+jac = tf.jacfwd(lambda x: x * 2, randomness="same")(x)
+assert torch.equal(jac.cpu(), 2 * torch.eye(5))
+_, jvp_fn = tf.linearize(lambda x: x.sin(), x)
+assert torch.allclose(jvp_fn(torch.ones_like(x)).cpu(), x.cpu().cos())
+assert len(make_fx(lambda x: x.sin() * 2)(x).graph.nodes) == 4
+assert x.to("meta").shape == (5,)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]

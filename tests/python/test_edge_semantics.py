@@ -159,3 +159,22 @@ def test_ops_without_a_bool_kernel_raise_on_bool_tensors(mode):
         with pytest.raises(type(on_cpu.value)):
             call(torch.tensor([True, False], device="vtpu"))
             torch.vtpu.synchronize()
+
+
+def test_a_fused_pattern_first_seen_on_empty_tensors_serves_non_empty_ones():
+    # An operand expanded from a 0-dim tensor (autograd's gradient of a sum)
+    # over an empty tensor counted as contiguous in the IR but as a broadcast
+    # in the pattern key: the kernel compiled for the empty case read it as a
+    # dense buffer when later launches of the pattern had elements (garbage
+    # gradients in fused mode after one empty loss term; found by review).
+    def program(x):
+        return torch.ones((), device=x.device).expand(x.shape) * (x * 2.0)
+
+    with torch_vtpu.mode("fused"):
+        for _ in range(3):
+            kept = program(torch.zeros(0, 4, device="vtpu"))
+            torch.vtpu.synchronize()
+            _C._wait_for_fusion_compiles()
+            del kept
+    a = torch.arange(1.0, 13.0).reshape(3, 4)
+    assert torch.equal(_fused_steady(program, a.to("vtpu")), program(a))

@@ -18,8 +18,12 @@ std::int64_t TensorType::numel() const {
   return n;
 }
 
+// By strides even without elements (torch calls every empty tensor
+// contiguous): an empty operand expanded from a 0-dim tensor (strides 0, the
+// gradient of an empty tensor's sum) read as contiguous gave a generated kernel
+// that the pattern key files under "broadcast", and later non-empty launches
+// of the pattern read that operand as a dense buffer.
 bool TensorType::is_contiguous() const {
-  if (numel() == 0) return true;
   std::int64_t expected = 1;
   for (std::size_t i = sizes.size(); i-- > 0;) {
     if (sizes[i] == 1) continue;

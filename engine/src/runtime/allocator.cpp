@@ -67,7 +67,7 @@ void* Allocator::allocate(std::size_t nbytes) {
     ++stats_.out_of_memory;
     throw OutOfMemoryError("vtpu out of memory: tried to allocate " + human_bytes(nbytes) +
                            "; device capacity is " + human_bytes(capacity_) +
-                           " (set by VTPU_MEMORY_LIMIT)");
+                           " (80% of host memory unless VTPU_MEMORY_LIMIT or torch.vtpu.set_memory_limit set it)");
   }
   std::size_t block = rounded;
   void* ptr = take_cached_locked(rounded, &block);

@@ -1,0 +1,137 @@
+"""vtpu across processes (found by a review of process-level robustness, 2026-12-05):
+fork, DataLoader workers, torch.multiprocessing, and what exit reports. Each program
+runs in a subprocess with a timeout: the bugs were hangs."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torch_vtpu
+
+MODES = ["strict", "fused", "debug"]
+
+
+def _run(program: str, timeout: float = 120, directory=None) -> subprocess.CompletedProcess:
+    """`program` in a fresh interpreter; from a file in `directory` when given
+    (spawned processes import the main module's classes from it)."""
+    program = textwrap.dedent(program)
+    command = [sys.executable, "-c", program]
+    if directory is not None:
+        path = directory / "program.py"
+        path.write_text(program)
+        command = [sys.executable, str(path)]
+    try:
+        return subprocess.run(command, env=dict(os.environ), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as hung:
+        pytest.fail(f"the program hung: {hung}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_forked_child_that_uses_the_device_raises_cudas_error(mode):
+    # It hung at its first read (the stream's worker thread does not survive fork).
+    out = _run(f"""
+        import os, sys, torch, torch_vtpu
+        torch_vtpu.set_mode("{mode}")
+        x = torch.ones(3, device="vtpu")
+        pid = os.fork()
+        if pid == 0:
+            assert torch.vtpu._is_in_bad_fork()
+            try:
+                torch.ones(3, device="vtpu").sum().item()
+                os._exit(3)
+            except RuntimeError as e:
+                assert "Cannot re-initialize vtpu in forked subprocess" in str(e), e
+            assert (torch.ones(2) * 3).tolist() == [3.0, 3.0]  # the CPU works
+            sys.exit(0)  # a normal exit, with torch_vtpu's exit handler
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        assert not torch.vtpu._is_in_bad_fork()
+        print("parent", (x * 2).sum().item())
+    """, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "parent 6.0" in out.stdout
+
+
+def test_a_forked_child_that_never_uses_the_device_exits():
+    # The child hung in torch_vtpu's exit handler, waiting for a worker thread
+    # it does not have (plain `import torch` autoloads torch_vtpu).
+    out = _run("""
+        import os, sys, torch
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+    """, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "child 0" in out.stdout
+
+
+def test_dataloader_workers_and_device_tensors(tmp_path):
+    # Forked workers indexing a vtpu dataset hung the main process (the error
+    # was raised in multiprocessing's feeder thread); now they raise CUDA's
+    # error, which the DataLoader re-raises. Spawned workers may make vtpu
+    # tensors: they travel as CPU copies and arrive on vtpu.
+    out = _run("""
+        import torch, torch_vtpu
+        from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+        class MakesVtpu(Dataset):
+            def __len__(self): return 8
+            def __getitem__(self, i): return torch.full((2,), float(i), device="vtpu")
+
+        if __name__ == "__main__":
+            try:
+                for _ in DataLoader(TensorDataset(torch.randn(16, 2, device="vtpu")), batch_size=4, num_workers=2):
+                    pass
+                print("no error")
+            except RuntimeError as e:
+                print("fork raised:", "Cannot re-initialize vtpu in forked subprocess" in str(e))
+            batches = list(DataLoader(MakesVtpu(), batch_size=4, num_workers=2, multiprocessing_context="spawn"))
+            print("spawn:", [(b.device.type, b[:, 0].tolist()) for b in batches])
+    """, timeout=240, directory=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "fork raised: True" in out.stdout, out.stdout + out.stderr
+    assert "spawn: [('vtpu', [0.0, 1.0, 2.0, 3.0]), ('vtpu', [4.0, 5.0, 6.0, 7.0])]" in out.stdout
+
+
+def test_device_tensors_pickle_for_other_processes_as_copies():
+    from multiprocessing.reduction import ForkingPickler
+    import io
+    import pickle
+
+    weight = torch.nn.Parameter(torch.arange(4.0, device="vtpu").reshape(2, 2).t())
+    for value in (weight, torch.arange(3, device="vtpu"), torch.ones(2)):
+        buffer = io.BytesIO()
+        ForkingPickler(buffer).dump(value)
+        back = pickle.loads(buffer.getvalue())
+        assert type(back) is type(value) and back.device == value.device
+        assert back.requires_grad == value.requires_grad
+        assert torch.equal(back.detach().cpu(), value.detach().cpu())
+    with pytest.raises(RuntimeError, match="Cowardly refusing to serialize non-leaf tensor"):
+        ForkingPickler(io.BytesIO()).dump(weight * 2)
+
+
+def test_an_error_no_synchronisation_raised_is_reported_at_exit():
+    out = _run("""
+        import torch, torch_vtpu
+        x = torch.randn(4, device="vtpu")
+        y = x.index_select(0, torch.tensor([100], device="vtpu"))
+    """, timeout=60)
+    assert "an error of a queued kernel was never raised" in out.stderr
+    assert "IndexError: [index_select] index out of range" in out.stderr
+
+
+def test_memory_stats_have_cudas_names_and_the_oom_message_says_where_the_capacity_comes_from():
+    x = torch.ones(1000, device="vtpu")
+    stats = torch.vtpu.memory_stats()
+    assert stats["allocated_bytes.all.current"] == stats["allocated_bytes"] >= x.nbytes
+    assert stats["allocated_bytes.all.peak"] == stats["peak_allocated_bytes"]
+    assert "num_ooms" in stats and "reserved_bytes.all.current" in stats
+    torch.vtpu.reset_max_memory_allocated()
+    assert torch.vtpu.max_memory_allocated() == torch.vtpu.memory_allocated()
+    with pytest.raises(torch.OutOfMemoryError, match="80% of host memory unless VTPU_MEMORY_LIMIT"):
+        torch.empty(10**13, device="vtpu")

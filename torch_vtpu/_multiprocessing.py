@@ -1,0 +1,37 @@
+"""Sending vtpu tensors to other processes (torch.multiprocessing, DataLoader workers).
+
+torch pickles a tensor for another process by sharing its storage: CUDA through IPC
+handles, CPU through shared memory. A vtpu storage has neither, and torch's reducer
+failed inside multiprocessing's queue feeder thread, where nobody sees the error: a
+DataLoader whose spawned workers returned vtpu tensors waited forever. A vtpu tensor
+now travels as a CPU copy in shared memory and is moved back to vtpu by the receiver:
+the receiver gets equal values, not shared memory (an in-place change on one side is
+not seen on the other, unlike CUDA's IPC).
+"""
+from multiprocessing import reduction
+
+import torch
+import torch.multiprocessing.reductions as _torch_reductions
+
+_torch_reduce_tensor = _torch_reductions.reduce_tensor
+
+
+def _rebuild_on_device(cls, host: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    on_device = host.to("vtpu")
+    if cls is torch.nn.Parameter:
+        return torch.nn.Parameter(on_device, requires_grad=requires_grad)
+    return on_device.requires_grad_(requires_grad)
+
+
+def reduce_tensor(tensor: torch.Tensor):
+    if tensor.device.type != "vtpu":
+        return _torch_reduce_tensor(tensor)
+    if tensor.requires_grad and not tensor.is_leaf:
+        return _torch_reduce_tensor(tensor)  # torch's own error for non-leaf tensors that require grad
+    return (_rebuild_on_device, (type(tensor), tensor.detach().to("cpu"), tensor.requires_grad))
+
+
+def install() -> None:
+    """Puts the vtpu-aware reducer where torch registered its own."""
+    for cls in (torch.Tensor, torch.nn.Parameter, *torch._tensor_classes):
+        reduction.register(cls, reduce_tensor)

@@ -597,6 +597,12 @@ class Emitter {
         // a + alpha * b as ATen computes it (alpha = 1 gives the same bits as a + b).
         std::string alpha = T + "(" + runtime_scalar(id) + ")";
         if (ir::rounds_runtime_scalar_to_16_bits(node)) alpha = to_16_bits(alpha);
+        // float32/float64: ATen's kernel is fmadd(b, alpha, a), one rounding,
+        // also in its scalar remainder (two roundings left 26% of a float32
+        // SGD step's elements an ulp off the CPU's).
+        const bool single_rounding = node.common_dtype == DType::kFloat32 || node.common_dtype == DType::kFloat64;
+        if (has_runtime_scalar(node) && single_rounding)
+          return "std::fma(" + std::string(node.op == OpKind::Add ? "" : "-") + alpha + ", " + b + ", " + a + ")";
         const std::string scaled = has_runtime_scalar(node) ? "(" + alpha + " * " + b + ")" : b;
         return a + (node.op == OpKind::Add ? " + " : " - ") + scaled;
       }

@@ -138,7 +138,12 @@ Num float_op(const Node& n, const std::vector<double>& v) {
     case OpKind::Sub: {
       double alpha = a.get_double("alpha", 1.0);
       if (rounds_runtime_scalar_to_16_bits(n)) alpha = round_to_16_bits(n.common_dtype, alpha);
-      return F(n.op == OpKind::Add ? x + alpha * y : x - alpha * y);
+      const double signed_alpha = n.op == OpKind::Add ? alpha : -alpha;
+      // One rounding in float32/float64, as ATen's fmadd (host_codegen.cpp).
+      if (n.common_dtype == DType::kFloat32)
+        return F(std::fma(static_cast<float>(signed_alpha), static_cast<float>(y), static_cast<float>(x)));
+      if (n.common_dtype == DType::kFloat64) return F(std::fma(signed_alpha, y, x));
+      return F(x + signed_alpha * y);
     }
     case OpKind::Mul: return F(x * y);
     case OpKind::Div: {

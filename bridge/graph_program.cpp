@@ -200,10 +200,12 @@ class GraphProgram {
           break;
       }
     }
+    // Copied, not moved: AOTAutograd's graphs return one value twice (a
+    // gradient shared by two inputs, a user output also saved for backward).
     py::list out;
     for (int slot : outputs_) {
       if (slot < 0) out.append(py::none());
-      else out.append(torch::jit::toPyObject(std::move(values[static_cast<std::size_t>(slot)])));
+      else out.append(torch::jit::toPyObject(values[static_cast<std::size_t>(slot)]));
     }
     return out;
   }

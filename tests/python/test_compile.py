@@ -792,6 +792,40 @@ def test_native_program_gives_the_python_programs_bits(tmp_path):
         CompileOptions.parse({"native": "yes"})
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_a_value_returned_twice_by_a_graph_reaches_every_output(native):
+    """AOTAutograd's graphs return one node twice: a gradient two inputs share
+    (d(a + b) is one tensor), an output that is also saved for backward, an output
+    returned beside its own no-op view. The native program moved each output's
+    value out of its slot, so the second copy came back None: b.grad silently
+    missing, `(y, y.contiguous())` giving `(y, None)`, and the forward of
+    `(y, y.sin())` failing AOTAutograd's saved-tensor check."""
+    opts = {"native": native}
+    a0, b0 = torch.randn(3), torch.randn(3)
+    a, b = a0.to("vtpu").requires_grad_(), b0.to("vtpu").requires_grad_()
+    torch.compile(lambda x, y: ((x + y) * 3).sum(), backend="vtpu", options=opts)(a, b).backward()
+    assert a.grad is not None and b.grad is not None
+    torch.testing.assert_close(b.grad.cpu(), torch.full((3,), 3.0))
+    torch.testing.assert_close(a.grad.cpu(), torch.full((3,), 3.0))
+
+    torch._dynamo.reset()
+    y, z = torch.compile(lambda x: (x * 2, (x * 2).contiguous()), backend="vtpu", options=opts)(a0.to("vtpu"))
+    assert z is not None
+    torch.testing.assert_close(z.cpu(), a0 * 2)
+    torch.testing.assert_close(y.cpu(), a0 * 2)
+
+    torch._dynamo.reset()
+    w = a0.to("vtpu").requires_grad_()
+
+    def saved_and_returned(t):
+        h = t * 2
+        return h, h.sin()
+    h, s = torch.compile(saved_and_returned, backend="vtpu", options=opts)(w)
+    s.sum().backward()
+    torch.testing.assert_close(h.detach().cpu(), a0 * 2)
+    torch.testing.assert_close(w.grad.cpu(), 2 * torch.cos(a0 * 2))
+
+
 def test_channels_last_cnn_compiles_and_trains_like_cpu():
     """A channels-last CNN: vtpu convolutions return channels-last like the CPU's, and the
     fake tensors Dynamo and AOTAutograd trace with must say so too (fake_layout.py), or the

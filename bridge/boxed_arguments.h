@@ -66,8 +66,9 @@ inline std::string op_name(const c10::OperatorHandle& op) {
 // argument whose memory it views, or a device copy of a fresh result.
 at::Tensor host_result_on_device(const at::Tensor& result, const std::vector<at::Tensor>& device_args);
 
-// `sparse` (COO) with its indices and values copied to `device`: a new tensor
-// (sparse_tensors.cpp).
+// `sparse` (COO or a compressed layout) with its indices and values copied
+// to `device`: a new tensor (sparse_tensors.cpp).
 at::Tensor sparse_copy_on(const at::Tensor& sparse, c10::Device device);
+bool is_sparse_layout(const at::Tensor& t);  // COO or compressed
 
 }  // namespace vtpu::bridge

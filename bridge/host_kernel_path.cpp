@@ -655,8 +655,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 at::Tensor host_result_on_device(const at::Tensor& result, const std::vector<at::Tensor>& device_args) {
   if (!result.defined() || !result.device().is_cpu()) return result;
-  if (result.layout() == c10::kSparse) return sparse_copy_on(result, c10::Device(kVtpu, 0));
-  TORCH_CHECK_NOT_IMPLEMENTED(result.layout() == c10::kStrided, "vtpu tensors are strided or sparse COO; layout ",
+  if (is_sparse_layout(result)) return sparse_copy_on(result, c10::Device(kVtpu, 0));
+  TORCH_CHECK_NOT_IMPLEMENTED(result.layout() == c10::kStrided, "vtpu tensors are strided or sparse; layout ",
                               result.layout(), " is not supported on vtpu");
   // A result over an argument's memory is that argument (in-place/out) or a view of it.
   for (const at::Tensor& arg : device_args) {

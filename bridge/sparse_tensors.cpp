@@ -1,18 +1,22 @@
-// Sparse COO tensors on vtpu: ATen's SparseTensorImpl whose indices and
-// values are ordinary vtpu tensors. This is what `nn.Embedding(sparse=True)`
-// and `nn.EmbeddingBag(sparse=True)` produce as gradients, and what SGD,
-// Adagrad and SparseAdam consume (DLRM-style training).
+// Sparse tensors on vtpu: ATen's SparseTensorImpl (COO) and
+// SparseCsrTensorImpl (the compressed layouts CSR, CSC, BSR, BSC) whose
+// indices and values are ordinary vtpu tensors. COO is what
+// `nn.Embedding(sparse=True)` and `nn.EmbeddingBag(sparse=True)` produce as
+// gradients, and what SGD, Adagrad and SparseAdam consume (DLRM-style
+// training); CSR is what graph models multiply by (`torch.sparse.mm`).
 //
-// Metadata ops (construction, _indices, _values, nnz, dims, coalesced flag,
+// Metadata ops (construction, indices, values, nnz, dims, coalesced flag,
 // resize, copy) are ATen's own device-independent sparse kernels. Every other
 // op that sees a sparse vtpu tensor reaches the boxed fallback below: it runs
-// ATen's CPU (SparseCPU) kernel synchronously on CPU copies of the sparse
+// ATen's CPU (SparseCPU, SparseCsrCPU) kernel synchronously on CPU copies of the sparse
 // arguments and CPU aliases of the dense ones, then gives the sparse results
 // vtpu components again. Sparse work is a small part of such a step (the
 // touched rows only), so a synchronous host kernel costs little, and every
 // result is the CPU's by construction.
 #include <ATen/ATen.h>
+#include <ATen/SparseCsrTensorImpl.h>
 #include <ATen/SparseTensorImpl.h>
+#include <ATen/ops/_sparse_compressed_tensor_unsafe.h>
 #include <ATen/ops/_coalesced_native.h>
 #include <ATen/ops/_dimI_native.h>
 #include <ATen/ops/_dimV_native.h>
@@ -30,6 +34,13 @@
 #include <ATen/ops/sparse_resize_and_clear_native.h>
 #include <ATen/ops/sparse_resize_native.h>
 #include <ATen/ops/values_native.h>
+#include <ATen/ops/ccol_indices_native.h>
+#include <ATen/ops/clone_native.h>
+#include <ATen/ops/col_indices_native.h>
+#include <ATen/ops/crow_indices_native.h>
+#include <ATen/ops/empty_like_native.h>
+#include <ATen/ops/resize_as_sparse_native.h>
+#include <ATen/ops/row_indices_native.h>
 #include <torch/library.h>
 
 #include <memory>
@@ -44,7 +55,30 @@
 
 namespace vtpu::bridge {
 
+namespace {
+
+// CSR, CSC, BSR or BSC (`is_sparse_csr()` is true for CSR only).
+bool is_compressed(const at::Tensor& t) {
+  const c10::Layout layout = t.layout();
+  return layout == c10::kSparseCsr || layout == c10::kSparseCsc || layout == c10::kSparseBsr ||
+         layout == c10::kSparseBsc;
+}
+
+at::SparseCsrTensorImpl* compressed_impl(const at::Tensor& t) {
+  return static_cast<at::SparseCsrTensorImpl*>(t.unsafeGetTensorImpl());
+}
+
+}  // namespace
+
+bool is_sparse_layout(const at::Tensor& t) { return t.is_sparse() || is_compressed(t); }
+
 at::Tensor sparse_copy_on(const at::Tensor& sparse, c10::Device device) {
+  if (is_compressed(sparse)) {
+    const at::SparseCsrTensorImpl* impl = compressed_impl(sparse);
+    return at::_sparse_compressed_tensor_unsafe(impl->compressed_indices().to(device),
+                                                impl->plain_indices().to(device), impl->values().to(device),
+                                                sparse.sizes(), sparse.options().device(device));
+  }
   return at::_sparse_coo_tensor_with_dims_and_tensors(
       sparse.sparse_dim(), sparse.dense_dim(), sparse.sizes(), sparse._indices().to(device),
       sparse._values().to(device), sparse.options().device(device), sparse.is_coalesced());
@@ -54,13 +88,18 @@ namespace {
 
 using Stack = torch::jit::Stack;
 
-bool is_device_sparse(const at::Tensor& t) { return on_device(t) && t.layout() == c10::kSparse; }
-
 // Makes the device tensor `target` hold what the kernel left in `host`, its
 // CPU copy (an in-place op on a sparse tensor replaces its components).
 void assign_sparse(const at::Tensor& target, const at::Tensor& host) {
-  auto* impl = static_cast<at::SparseTensorImpl*>(target.unsafeGetTensorImpl());
   const c10::Device device = target.device();
+  if (is_compressed(target)) {
+    const at::SparseCsrTensorImpl* from = compressed_impl(host);
+    compressed_impl(target)->set_member_tensors(from->compressed_indices().to(device),
+                                                from->plain_indices().to(device), from->values().to(device),
+                                                host.sizes());
+    return;
+  }
+  auto* impl = static_cast<at::SparseTensorImpl*>(target.unsafeGetTensorImpl());
   impl->raw_resize_(host.sparse_dim(), host.dense_dim(), host.sizes());
   impl->set_indices_and_values_unsafe(host._indices().to(device), host._values().to(device));
   impl->set_coalesced(host.is_coalesced());
@@ -69,10 +108,12 @@ void assign_sparse(const at::Tensor& target, const at::Tensor& host) {
 // An argument of a queued sparse op, captured at dispatch: a dense device
 // tensor, a sparse one (its components), or any other value as it is.
 struct QueuedArgument {
-  enum class Kind { kValue, kDense, kSparse } kind = Kind::kValue;
+  enum class Kind { kValue, kDense, kSparse, kCompressed } kind = Kind::kValue;
   c10::IValue value;
-  KernelOperand dense;  // kDense; kSparse: the values
-  KernelOperand indices;
+  KernelOperand dense;  // kDense; kSparse, kCompressed: the values
+  KernelOperand indices;  // kCompressed: the compressed indices
+  KernelOperand plain_indices;  // kCompressed
+  c10::TensorOptions options;  // kCompressed: dtype and layout
   std::vector<std::int64_t> sizes;
   std::int64_t sparse_dim = 0;
   std::int64_t dense_dim = 0;
@@ -86,6 +127,9 @@ struct QueuedArgument {
         return at::_sparse_coo_tensor_with_dims_and_tensors(sparse_dim, dense_dim, sizes, indices.host(), values,
                                                             values.options().layout(c10::kSparse), coalesced);
       }
+      case Kind::kCompressed:
+        return at::_sparse_compressed_tensor_unsafe(indices.host(), plain_indices.host(), dense.host(), sizes,
+                                                    options.device(c10::kCPU));
       default: return value;
     }
   }
@@ -111,7 +155,7 @@ bool writes_only_dense_arguments(const c10::FunctionSchema& schema, const Stack&
     const at::Tensor& t = value.toTensor();
     if (!t.defined()) continue;
     if (!on_device(t) || (written && t.layout() != c10::kStrided)) return false;
-    if (t.layout() != c10::kStrided && t.layout() != c10::kSparse) return false;
+    if (t.layout() != c10::kStrided && !is_sparse_layout(t)) return false;
   }
   return true;
 }
@@ -127,7 +171,15 @@ void queue_sparse_op(const c10::OperatorHandle& op, Stack* stack, std::size_t fi
       continue;
     }
     const at::Tensor& t = value.toTensor();
-    if (t.layout() == c10::kSparse) {
+    if (is_compressed(t)) {
+      const at::SparseCsrTensorImpl* impl = compressed_impl(t);
+      arg.kind = QueuedArgument::Kind::kCompressed;
+      arg.indices = KernelOperand::capture(impl->compressed_indices());
+      arg.plain_indices = KernelOperand::capture(impl->plain_indices());
+      arg.dense = KernelOperand::capture(impl->values());
+      arg.options = t.options();
+      arg.sizes = t.sizes().vec();
+    } else if (t.layout() == c10::kSparse) {
       arg.kind = QueuedArgument::Kind::kSparse;
       arg.indices = KernelOperand::capture(t._indices());
       arg.dense = KernelOperand::capture(t._values());
@@ -188,7 +240,7 @@ void sparse_host_fallback(const c10::OperatorHandle& op, Stack* stack) {
     host.push_back(map_tensors(value, [&](const at::Tensor& t) -> at::Tensor {
       if (!on_device(t)) return t;
       device = t.device();
-      if (t.layout() == c10::kSparse) {
+      if (is_sparse_layout(t)) {
         at::Tensor copy = sparse_copy_on(t, c10::Device(c10::kCPU));
         sparse_args.emplace_back(t, copy);
         return copy;
@@ -220,7 +272,7 @@ void sparse_host_fallback(const c10::OperatorHandle& op, Stack* stack) {
     if (!result.defined() || !result.device().is_cpu()) return result;
     for (const auto& [target, copy] : sparse_args)
       if (result.is_same(copy)) return target;  // coalesce() of a coalesced tensor, in place
-    if (result.layout() == c10::kSparse) return sparse_copy_on(result, device);
+    if (is_sparse_layout(result)) return sparse_copy_on(result, device);
     return host_result_on_device(result, dense_args);
   };
   stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
@@ -253,30 +305,55 @@ TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_host_fallback>());
 }
 
+// The compressed layouts' metadata kernels: ATen's, device-independent (the
+// ones SparseCsrMeta uses as well).
+TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(at::native::empty_sparse_compressed));
+  m.impl("empty_like", TORCH_FN(at::native::empty_like_sparse_csr));
+  m.impl("crow_indices", TORCH_FN(at::native::crow_indices_sparse_csr));
+  m.impl("col_indices", TORCH_FN(at::native::col_indices_sparse_csr));
+  m.impl("ccol_indices", TORCH_FN(at::native::ccol_indices_sparse_csr));
+  m.impl("row_indices", TORCH_FN(at::native::row_indices_sparse_csr));
+  m.impl("values", TORCH_FN(at::native::values_sparse_csr));
+  m.impl("_nnz", TORCH_FN(at::native::_nnz_sparse_csr));
+  m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse_csr));
+  m.impl("dense_dim", TORCH_FN(at::native::dense_dim_sparse_csr));
+  m.impl("resize_as_sparse_", TORCH_FN(at::native::resize_as_sparse_compressed_));
+  m.impl("copy_", TORCH_FN(at::native::copy_sparse_compressed_));
+  m.impl("clone", TORCH_FN(at::native::clone_sparse_compressed));
+}
+
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_host_fallback>());
+}
+
 namespace {
 
-// Ops with a SparseCPU kernel and a CompositeExplicitAutograd one: the
-// composite would win over the fallback and treat the sparse tensor as a
-// dense one (sum() returned its input unchanged). Each aten op with a
-// SparseCPU kernel and none for vtpu gets the fallback as its kernel. Runs
-// when this library loads, after libtorch registered its kernels and after
-// the registrations above (same file, in order).
-struct SparseCpuKernelsForVtpu {
-  std::unique_ptr<torch::Library> library;
-
-  SparseCpuKernelsForVtpu() {
-    library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::SparsePrivateUse1,
-                                               __FILE__, __LINE__);
-    auto& dispatcher = c10::Dispatcher::singleton();
-    for (const c10::OperatorName& name : dispatcher.getAllOpNamesForDispatchKey(c10::DispatchKey::SparseCPU)) {
-      if (name.name.rfind("aten::", 0) != 0) continue;
-      const auto op = dispatcher.findOp(name);
-      if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::SparsePrivateUse1)) continue;
-      std::string qualified = name.name.substr(6);
-      if (!name.overload_name.empty()) qualified += "." + name.overload_name;
-      library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&sparse_host_fallback>());
-    }
+// Ops with a SparseCPU (SparseCsrCPU) kernel and a CompositeExplicitAutograd
+// one: the composite would win over the fallback and treat the sparse tensor
+// as a dense one (sum() returned its input unchanged). Each aten op with a
+// CPU kernel for the layout and none for vtpu gets the fallback as its
+// kernel. Runs when this library loads, after libtorch registered its kernels
+// and after the registrations above (same file, in order).
+std::unique_ptr<torch::Library> host_kernels_for(c10::DispatchKey cpu_key, c10::DispatchKey vtpu_key) {
+  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", vtpu_key, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNamesForDispatchKey(cpu_key)) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    const auto op = dispatcher.findOp(name);
+    if (!op || op->hasKernelForDispatchKey(vtpu_key)) continue;
+    std::string qualified = name.name.substr(6);
+    if (!name.overload_name.empty()) qualified += "." + name.overload_name;
+    library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&sparse_host_fallback>());
   }
+  return library;
+}
+
+struct SparseCpuKernelsForVtpu {
+  std::unique_ptr<torch::Library> coo =
+      host_kernels_for(c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1);
+  std::unique_ptr<torch::Library> compressed =
+      host_kernels_for(c10::DispatchKey::SparseCsrCPU, c10::DispatchKey::SparseCsrPrivateUse1);
 };
 const SparseCpuKernelsForVtpu sparse_cpu_kernels_for_vtpu;
 

@@ -18,7 +18,24 @@ using namespace at;  // NOLINT(google-build-using-namespace)
   KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE(REDISPATCH_FUNC, REGISTER_NAME,       \
                                                       REGISTER_SIGNATURE, REDISPATCH_SIGNATURE, POLICY)
 
+namespace {
+
+// CUDA's policy refuses binary_cross_entropy under autocast: its input is
+// usually a sigmoid computed in the lower precision, where log(1 - p)
+// saturates; the fused form with logits is safe.
+at::Tensor binary_cross_entropy_refused(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                        int64_t) {
+  TORCH_CHECK(false,
+              "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast (as on "
+              "CUDA): a sigmoid followed by binary cross entropy loses precision in float16/bfloat16. Use "
+              "torch.nn.functional.binary_cross_entropy_with_logits or torch.nn.BCEWithLogitsLoss on the logits, "
+              "which are safe to autocast, or compute this loss outside the autocast region in float32.");
+}
+
+}  // namespace
+
 TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+  m.impl("binary_cross_entropy", TORCH_FN(binary_cross_entropy_refused));
   AT_FORALL_LOWER_PRECISION_FP(VTPU_AUTOCAST_LOWER_PRECISION)
   AT_FORALL_FP32(VTPU_AUTOCAST_FP32)
   AT_FORALL_FP32_SET_OPT_DTYPE(VTPU_AUTOCAST_FP32_SET_OPT_DTYPE)

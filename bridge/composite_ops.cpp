@@ -1,8 +1,8 @@
 // Ops that ATen answers differently for "other" backends than for CPU, where
 // the generic host-kernel path alone would be wrong, slow or missing:
 // shallow-copy compatibility (.data =, tied weights across .to()), the fused
-// RNN cells ATen only has for CUDA, the SDPA backend choice, and
-// scalar_tensor's conversion of its value.
+// RNN cells ATen only has for CUDA, the SDPA backend choice,
+// scalar_tensor's conversion of its value, and record_stream.
 #include <ATen/ATen.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
@@ -117,8 +117,25 @@ REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &vtpu::bridge::fused_sdp_c
 }  // namespace at::native
 
 namespace vtpu::bridge {
+namespace {
+
+// `t.record_stream(s)` tells CUDA's caching allocator that stream `s` uses
+// `t`, so its block is not reused before that stream's work is done (FSDP and
+// prefetching code call it). vtpu has one in-order stream, whose blocks are
+// reused in stream order already: nothing to record, but the stream must be
+// a vtpu one, as CUDA requires a CUDA stream.
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kVtpu, "record_stream: expected a vtpu stream for a vtpu tensor, got a ",
+              stream.device_type(), " stream");
+  TORCH_CHECK(stream.device_index() == self.device().index() || stream.device_index() < 0,
+              "record_stream: the stream is on device ", static_cast<int>(stream.device_index()),
+              ", the tensor on ", self.device());
+}
+
+}  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("scalar_tensor", TORCH_FN(scalar_tensor));
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));

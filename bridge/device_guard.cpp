@@ -31,13 +31,14 @@ class VtpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Device getDevice() const override { return c10::Device(kType, 0); }
   void setDevice(c10::Device device) const override { check_index(device.index()); }
   void uncheckedSetDevice(c10::Device) const noexcept override {}
-  c10::Stream getStream(c10::Device) const override {
+  c10::Stream getStream(c10::Device device) const override {
+    check_index(device.index());  // torch.accelerator.current_stream(1) must not answer for vtpu:0
     return c10::Stream(c10::Stream::DEFAULT, c10::Device(kType, 0));
   }
-  c10::Stream getNewStream(c10::Device, int) const override {
+  c10::Stream getNewStream(c10::Device device, int) const override {
     // One hardware queue: every stream is the default stream. Work stays
     // correct (in order); it just does not overlap.
-    return getStream(c10::Device(kType, 0));
+    return getStream(device);
   }
   c10::Stream exchangeStream(c10::Stream) const override { return getStream(c10::Device(kType, 0)); }
   c10::DeviceIndex deviceCount() const noexcept override { return 1; }
@@ -100,7 +101,8 @@ class VtpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeStream(const c10::Stream&) const override {
     DeviceContext::get().synchronize("stream_synchronize");
   }
-  void synchronizeDevice(const c10::DeviceIndex) const override {
+  void synchronizeDevice(const c10::DeviceIndex index) const override {
+    check_index(index);
     DeviceContext::get().synchronize("device_synchronize");
   }
 };

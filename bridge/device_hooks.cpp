@@ -43,11 +43,17 @@ class VtpuGeneratorImpl final : public c10::GeneratorImpl {
     return state.getIntrusivePtr();
   }
   void set_state(const c10::TensorImpl& new_state) override {
-    TORCH_CHECK_WITH(TypeError, new_state.dtype() == caffe2::TypeMeta::Make<std::uint8_t>(),
-                     "vtpu generator state must be a torch.uint8 tensor, got ", new_state.dtype());
-    TORCH_CHECK_WITH(ValueError, new_state.numel() == static_cast<int64_t>(kStateBytes),
-                     "vtpu generator state must have ", kStateBytes, " bytes (seed, offset), got ",
-                     new_state.numel());
+    // CPU and CUDA generators' checks, with their exception types: the bytes
+    // are read directly, so a strided view or device memory (whose queued
+    // writes may not have run) would give a wrong state silently.
+    TORCH_CHECK_WITH(TypeError,
+                     new_state.layout() == c10::kStrided && new_state.device().type() == c10::DeviceType::CPU &&
+                         new_state.dtype() == caffe2::TypeMeta::Make<std::uint8_t>(),
+                     "RNG state must be a torch.ByteTensor (a uint8 CPU tensor); got ", new_state.dtype(), " on ",
+                     new_state.device());
+    TORCH_CHECK(new_state.is_contiguous(), "RNG state must be contiguous");
+    TORCH_CHECK(new_state.numel() == static_cast<int64_t>(kStateBytes), "RNG state is wrong size: a vtpu "
+                "generator's state has ", kStateBytes, " bytes (seed, offset), got ", new_state.numel());
     std::uint64_t words[2];
     std::memcpy(words, new_state.data(), kStateBytes);
     state_.set_seed(words[0]);

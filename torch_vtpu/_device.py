@@ -56,6 +56,13 @@ class device:  # noqa: N801 - mirrors torch.cuda.device
         return None
 
 
+class device_of(device):  # noqa: N801 - mirrors torch.cuda.device_of
+    """Context manager selecting the device of a tensor (a CPU tensor: no change)."""
+
+    def __init__(self, obj: torch.Tensor):
+        super().__init__(obj.device.index if obj.device.type == "vtpu" else None)
+
+
 def synchronize(device: _DeviceLike = None) -> None:
     """Wait for all queued vtpu work; raise the first error it hit."""
     _check_device(device)
@@ -98,6 +105,13 @@ def _generator() -> torch.Generator:
     return _C._default_generator()
 
 
+def __getattr__(name: str) -> Any:
+    # torch.cuda.default_generators: one per device, made when asked for.
+    if name == "default_generators":
+        return (_generator(),)
+    raise AttributeError(f"module 'torch.vtpu' has no attribute '{name}'")
+
+
 def manual_seed(seed: int) -> None:
     _generator().manual_seed(int(seed))
 
@@ -127,7 +141,7 @@ def set_rng_state(new_state: torch.Tensor, device: _DeviceLike = "vtpu") -> None
     _check_device(device)
     if not isinstance(new_state, torch.Tensor):
         raise TypeError(f"rng state must be a torch.ByteTensor, got {type(new_state).__name__}")
-    _generator().set_state(new_state.cpu())
+    _generator().set_state(new_state.cpu().contiguous())  # as torch.cuda's: any layout, any device
 
 
 def get_rng_state_all() -> List[torch.Tensor]:
@@ -197,6 +211,86 @@ def set_memory_limit(limit: Union[int, str]) -> None:
     _C._set_memory_limit(str(limit))
 
 
+def set_per_process_memory_fraction(fraction: float, device: _DeviceLike = None) -> None:
+    """As ``torch.cuda.set_per_process_memory_fraction``: the device may hold at
+    most ``fraction`` of its total memory, which for vtpu is the host's RAM."""
+    _check_device(device)
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    set_memory_limit(int(_C._physical_memory() * fraction))
+
+
+def reset_accumulated_memory_stats(device: _DeviceLike = None) -> None:
+    _check_device(device)
+    torch.accelerator.reset_accumulated_memory_stats(torch.device("vtpu", 0))
+
+
+def memory_summary(device: _DeviceLike = None, abbreviated: bool = False) -> str:
+    """A readable table of the allocator's counters (``torch.cuda.memory_summary``'s
+    role; vtpu's allocator has one pool, so one row per counter)."""
+    stats = memory_stats(device)
+
+    def size(n: int) -> str:
+        for unit in ("B", "KiB", "MiB", "GiB"):
+            if abs(n) < 1024 or unit == "GiB":
+                return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+            n /= 1024
+        return str(n)
+
+    rows = [("Allocated memory", size(stats["allocated_bytes"]), size(stats["peak_allocated_bytes"])),
+            ("Reserved memory", size(stats["reserved_bytes"]), size(stats["peak_reserved_bytes"])),
+            ("Device capacity", size(stats["capacity_bytes"]), ""),
+            ("Out-of-memory errors", str(stats.get("num_ooms", 0)), "")]
+    lines = ["vtpu memory summary (device vtpu:0)", f"{'':24}{'current':>14}{'peak':>14}"]
+    lines += [f"{name:24}{current:>14}{peak:>14}" for name, current, peak in rows]
+    return "\n".join(lines) + "\n"
+
+
+OutOfMemoryError = torch.OutOfMemoryError
+
+
+# ---- device properties ---------------------------------------------------------
+
+class VtpuDeviceProperties:
+    """What ``torch.vtpu.get_device_properties`` answers (the fields of
+    ``torch.cuda``'s that mean something here): the device runs on the host CPU,
+    its memory is the host's RAM up to the device capacity."""
+
+    def __init__(self) -> None:
+        self.name = get_device_name()
+        self.type = "vtpu"
+        self.total_memory = memory_stats()["capacity_bytes"]
+        self.multi_processor_count = torch.get_num_threads()
+
+    def __repr__(self) -> str:
+        return (f"VtpuDeviceProperties(name='{self.name}', total_memory={self.total_memory // 2**20}MB, "
+                f"multi_processor_count={self.multi_processor_count})")
+
+
+def _host_cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
+
+
+def get_device_name(device: _DeviceLike = None) -> str:
+    _check_device(device)
+    return f"vTPU (host CPU: {_host_cpu_name()})"
+
+
+def get_device_properties(device: _DeviceLike = None) -> VtpuDeviceProperties:
+    _check_device(device)
+    return VtpuDeviceProperties()
+
+
 # ---- streams and events ------------------------------------------------------
 
 def current_stream(device: _DeviceLike = None) -> torch.Stream:
@@ -206,6 +300,13 @@ def current_stream(device: _DeviceLike = None) -> torch.Stream:
 
 def default_stream(device: _DeviceLike = None) -> torch.Stream:
     return current_stream(device)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    """As ``torch.cuda.set_stream``; vtpu's one stream is always current."""
+    if torch.device(stream.device).type != "vtpu":
+        raise ValueError(f"expected a vtpu stream, got a stream of {stream.device}")
+    _check_device(stream.device_index)
 
 
 Event = torch.Event

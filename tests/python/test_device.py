@@ -36,7 +36,8 @@ def test_invalid_device_index_raises():
     # "invalid device ordinal" does (some raised ValueError; found by review).
     for name_it in (lambda: torch.vtpu.set_device(1), lambda: torch.accelerator.set_device_index(1),
                     lambda: torch.vtpu.device(1).__enter__(), lambda: torch.ones(1).to("vtpu:1"),
-                    lambda: torch.accelerator.memory_allocated(1)):
+                    lambda: torch.accelerator.memory_allocated(1), lambda: torch.accelerator.current_stream(1),
+                    lambda: torch.vtpu.Stream(device=1), lambda: torch.vtpu.get_device_name(1)):
         with pytest.raises(RuntimeError, match="invalid device"):
             name_it()
     assert torch.vtpu.current_device() == 0
@@ -195,6 +196,72 @@ def test_autocast_bfloat16_matches_cpu_autocast():
     assert y.dtype == torch.bfloat16 and expected.dtype == torch.bfloat16
     assert z.dtype == torch.float32
     torch.testing.assert_close(y.cpu(), expected)
+
+
+@pytest.mark.parametrize("mode", ["debug", "strict", "fused"])
+def test_binary_cross_entropy_is_refused_under_autocast_as_on_cuda(mode):
+    # CUDA's autocast refuses it (a sigmoid in float16 then log(1 - p)); vtpu's
+    # gave a dtype error for a float32 target and a float16 loss for a float16 one.
+    torch_vtpu.set_mode(mode)
+    x, y = torch.randn(16, 4, device="vtpu"), torch.rand(16, 4, device="vtpu")
+    with torch.autocast("vtpu", dtype=torch.float16):
+        p = torch.sigmoid(x @ x.t()[:, :4])
+        for target in (y, y.half()):
+            with pytest.raises(RuntimeError, match="unsafe to autocast"):
+                torch.nn.functional.binary_cross_entropy(p, target)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(x @ x.t()[:, :4], y)
+        assert loss.dtype == torch.float32
+        with torch.autocast("vtpu", enabled=False):
+            inside = torch.nn.functional.binary_cross_entropy(p.float(), y)
+    outside = torch.nn.functional.binary_cross_entropy(p.float(), y)
+    torch.testing.assert_close(inside.cpu(), torch.nn.functional.binary_cross_entropy(p.float().cpu(), y.cpu()))
+    assert torch.equal(inside.cpu(), outside.cpu())
+
+
+def test_record_stream_is_accepted_for_vtpu_streams():
+    # FSDP and prefetching code call it; it raised NotImplementedError.
+    x = torch.ones(4, device="vtpu")
+    assert x.record_stream(torch.vtpu.Stream()) is None
+    assert x.record_stream(torch.vtpu.current_stream()) is None
+    with pytest.raises(RuntimeError, match="expected a vtpu stream"):
+        x.record_stream(torch.Stream("cpu"))
+    assert torch.equal(x.cpu(), torch.ones(4))
+
+
+def test_cuda_style_device_queries_answer_for_vtpu():
+    v = torch.vtpu
+    assert v.get_device_name().startswith("vTPU") and v.get_device_name(0) == v.get_device_name("vtpu:0")
+    props = v.get_device_properties()
+    assert props.total_memory == v.mem_get_info()[1] and props.multi_processor_count >= 1
+    assert props.name == v.get_device_name() and "total_memory" in repr(props)
+    x = torch.ones(1000, device="vtpu")
+    summary = v.memory_summary()
+    assert "Allocated memory" in summary and "Device capacity" in summary
+    assert v.default_generators[0].device.type == "vtpu"
+    v.default_generators[0].manual_seed(4)
+    a = torch.rand(3, device="vtpu").cpu()
+    torch.vtpu.manual_seed(4)
+    assert torch.equal(a, torch.rand(3, device="vtpu").cpu())
+    assert v.OutOfMemoryError is torch.OutOfMemoryError
+    with v.device_of(x), v.device_of(torch.ones(1)):
+        pass
+    v.set_stream(v.current_stream())
+    with pytest.raises(ValueError, match="vtpu stream"):
+        v.set_stream(torch.Stream("cpu"))
+    v.reset_accumulated_memory_stats()
+    capacity = v.mem_get_info()[1]
+    try:
+        v.set_per_process_memory_fraction(0.25)
+        assert abs(v.mem_get_info()[1] - torch_vtpu._C._physical_memory() // 4) <= 1
+        with pytest.raises(ValueError, match="Allowed range"):
+            v.set_per_process_memory_fraction(1.5)
+        with pytest.raises(TypeError, match="float"):
+            v.set_per_process_memory_fraction(1)
+    finally:
+        v.set_memory_limit(capacity)
+    assert v.mem_get_info()[1] == capacity
+    with pytest.raises(AttributeError, match="no attribute 'not_a_function'"):
+        v.not_a_function
 
 
 def test_autoload_entry_point_declared():

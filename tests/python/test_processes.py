@@ -133,5 +133,14 @@ def test_memory_stats_have_cudas_names_and_the_oom_message_says_where_the_capaci
     assert "num_ooms" in stats and "reserved_bytes.all.current" in stats
     torch.vtpu.reset_max_memory_allocated()
     assert torch.vtpu.max_memory_allocated() == torch.vtpu.memory_allocated()
-    with pytest.raises(torch.OutOfMemoryError, match="80% of host memory unless VTPU_MEMORY_LIMIT"):
+    with pytest.raises(torch.OutOfMemoryError, match="VTPU_MEMORY_LIMIT or torch.vtpu.set_memory_limit"):
         torch.empty(10**13, device="vtpu")
+    # Past the capacity check, the second message (capacity reached by
+    # allocations) names the setting too; it used to name only the variable.
+    limit = torch.vtpu.mem_get_info()[1]
+    try:
+        torch.vtpu.set_memory_limit("1MiB")
+        with pytest.raises(torch.vtpu.OutOfMemoryError, match="capacity .*set_memory_limit"):
+            [torch.empty(100_000, device="vtpu") for _ in range(8)]
+    finally:
+        torch.vtpu.set_memory_limit(limit)

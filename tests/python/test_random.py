@@ -45,8 +45,41 @@ def test_rng_state_roundtrip():
     torch.vtpu.set_rng_state(state)
     assert torch.equal(a, torch.randn(4, device="vtpu").cpu())
     assert torch.vtpu.initial_seed() == 5
-    with pytest.raises(ValueError):
+    with pytest.raises(RuntimeError, match="wrong size"):
         torch.vtpu.set_rng_state(torch.zeros(3, dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("mode", ["debug", "strict", "fused"])
+def test_generator_set_state_checks_its_tensor_as_cpu_and_cuda_do(mode):
+    # The state's bytes are read directly: a strided view was read as if
+    # contiguous, and a vtpu tensor's memory before its queued copy had run
+    # (a silently wrong stream in both cases).
+    torch_vtpu.set_mode(mode)
+    g = torch.Generator(device="vtpu")
+    g.manual_seed(77)
+    torch.rand(3, device="vtpu", generator=g)
+    state = g.get_state()
+    expected = torch.rand(5, device="vtpu", generator=g).cpu()
+    spread = torch.zeros(32, dtype=torch.uint8)
+    spread[::2] = state
+    with pytest.raises(RuntimeError, match="contiguous"):
+        g.set_state(spread[::2])
+    with pytest.raises(TypeError, match="ByteTensor"):
+        g.set_state(state.to("vtpu"))
+    with pytest.raises(TypeError, match="ByteTensor"):
+        g.set_state(state.float())
+    with pytest.raises(RuntimeError, match="wrong size"):
+        g.set_state(torch.get_rng_state())
+    g.set_state(state)
+    assert torch.equal(torch.rand(5, device="vtpu", generator=g).cpu(), expected)
+    # torch.vtpu.set_rng_state takes any layout and device, as torch.cuda's does.
+    torch.vtpu.manual_seed(3)
+    torch.rand(2, device="vtpu")
+    default_state = torch.vtpu.get_rng_state()
+    after = torch.rand(4, device="vtpu").cpu()
+    spread[::2] = default_state
+    torch.vtpu.set_rng_state(spread[::2].to("vtpu"))
+    assert torch.equal(torch.rand(4, device="vtpu").cpu(), after)
 
 
 def test_explicit_generator():

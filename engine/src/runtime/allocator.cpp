@@ -59,6 +59,13 @@ void* Allocator::take_cached_locked(std::size_t rounded, std::size_t* block_size
   return ptr;
 }
 
+namespace {
+// Where an out-of-memory message sends the user: the capacity is a setting.
+constexpr const char* kCapacityOrigin =
+    " (the capacity is VTPU_MEMORY_LIMIT or torch.vtpu.set_memory_limit / set_per_process_memory_fraction "
+    "when set, else 80% of host memory)";
+}  // namespace
+
 void* Allocator::allocate(std::size_t nbytes) {
   if (nbytes == 0) return nullptr;
   const std::size_t rounded = round_size(nbytes);
@@ -66,8 +73,7 @@ void* Allocator::allocate(std::size_t nbytes) {
   if (rounded < nbytes || rounded > capacity_) {
     ++stats_.out_of_memory;
     throw OutOfMemoryError("vtpu out of memory: tried to allocate " + human_bytes(nbytes) +
-                           "; device capacity is " + human_bytes(capacity_) +
-                           " (80% of host memory unless VTPU_MEMORY_LIMIT or torch.vtpu.set_memory_limit set it)");
+                           "; device capacity is " + human_bytes(capacity_) + kCapacityOrigin);
   }
   std::size_t block = rounded;
   void* ptr = take_cached_locked(rounded, &block);
@@ -81,7 +87,7 @@ void* Allocator::allocate(std::size_t nbytes) {
       ++stats_.out_of_memory;
       throw OutOfMemoryError("vtpu out of memory: tried to allocate " + human_bytes(nbytes) +
                              "; " + human_bytes(stats_.allocated_bytes) + " already allocated, " +
-                             human_bytes(capacity_) + " capacity (VTPU_MEMORY_LIMIT)");
+                             human_bytes(capacity_) + " capacity" + kCapacityOrigin);
     }
     ptr = std::aligned_alloc(kAlignment, rounded);
     if (ptr == nullptr) {

@@ -538,6 +538,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
                   lazy_bits = std::move(lazy_bits)]() mutable {
     try {
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+      check_host_arguments(name, host);
       std::optional<pool_blocks::SingleThreadedAten> one_thread;
       if (serial) one_thread.emplace();
       if (out_op) {

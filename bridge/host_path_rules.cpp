@@ -212,6 +212,34 @@ bool work_linear_in_data(const std::string& name) {
 }
 }  // namespace
 
+namespace {
+
+template <typename Index>
+void check_offsets_in_order(const at::Tensor& offsets, std::int64_t index_count) {
+  const at::Tensor contiguous = offsets.contiguous();
+  const Index* data = contiguous.const_data_ptr<Index>();
+  const std::int64_t n = contiguous.numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK(i == 0 || data[i] >= data[i - 1], "embedding_bag: offsets must be non-decreasing, but offsets[", i,
+                "] = ", static_cast<std::int64_t>(data[i]), " is less than offsets[", i - 1, "] = ",
+                static_cast<std::int64_t>(data[i - 1]));
+    TORCH_CHECK(data[i] >= 0 && data[i] <= index_count, "embedding_bag: offsets[", i, "] = ",
+                static_cast<std::int64_t>(data[i]), " is outside the ", index_count, " indices");
+  }
+}
+
+}  // namespace
+
+void check_host_arguments(const std::string& name, const Stack& host) {
+  if (name != "aten::_embedding_bag" && name != "aten::_embedding_bag_forward_only") return;
+  if (host.size() < 3 || !host[1].isTensor() || !host[2].isTensor()) return;
+  const at::Tensor& indices = host[1].toTensor();
+  const at::Tensor& offsets = host[2].toTensor();
+  if (!offsets.defined() || offsets.dim() != 1 || !indices.defined()) return;
+  if (offsets.scalar_type() == at::kLong) check_offsets_in_order<std::int64_t>(offsets, indices.numel());
+  else if (offsets.scalar_type() == at::kInt) check_offsets_in_order<std::int32_t>(offsets, indices.numel());
+}
+
 bool runs_serially(const std::string& name, std::size_t tensor_bytes) {
   const std::size_t bound = serial_host_op_bytes();
   return bound != 0 && tensor_bytes <= bound && work_linear_in_data(name);

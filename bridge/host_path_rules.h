@@ -33,6 +33,16 @@ struct HostResult {
 HostResult host_result(const c10::OperatorHandle& op, std::size_t result, const at::Tensor& meta_out,
                        const Stack& stack, std::size_t first);
 
+// Checks the data an op's CPU kernel relies on but does not always check, on
+// the host arguments `host` of op `name` right before its kernel runs (on the
+// device stream: an error is an asynchronous one, raised at the next
+// synchronisation; debug mode raises it at the op). embedding_bag's offsets
+// must not decrease and must stay within the indices: ATen's CPU kernel
+// checks that only on its multi-threaded path, and on one thread (the
+// host-kernel path runs small ops so) it read past its bags and returned
+// uninitialised memory.
+void check_host_arguments(const std::string& name, const Stack& host);
+
 // A set of ops learnt at run time (thread-safe).
 class OpSet {
  public:

@@ -140,3 +140,25 @@ def test_forward_results_have_the_cpu_kernels_shapes_without_synchronising():
     torch.vtpu.synchronize()
     assert checked == 2 * 3 * (3 * 2 * 2 * 2 * 3 + 2)  # ops x dtypes x (combinations + weighted)
     assert "meta_disagrees_with_cpu" not in torch_vtpu.metrics()["syncs"], torch_vtpu.metrics()["syncs"]
+
+
+@pytest.mark.parametrize("mode", ["debug", "strict", "fused"])
+@pytest.mark.parametrize("bag_mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("padding_idx", [None, 5])
+def test_offsets_out_of_order_or_range_raise(mode, bag_mode, padding_idx):
+    # ATen's CPU kernel checks the offsets only on its multi-threaded path; on
+    # one thread (where the host-kernel path runs small ops) it returned
+    # uninitialised memory for decreasing offsets, silently.
+    torch_vtpu.set_mode(mode)
+    torch.manual_seed(0)
+    w = torch.randn(10, 4).to("vtpu")
+    idx = torch.tensor([1, 2, 3], device="vtpu")
+    kwargs = dict(mode=bag_mode, padding_idx=padding_idx)
+    for bad, message in (([0, 2, 1], "non-decreasing.*offsets\\[2\\] = 1"), ([0, 1, 4], "offsets\\[2\\] = 4 is outside the 3")):
+        with pytest.raises(RuntimeError, match=message):
+            nn.functional.embedding_bag(idx, w, torch.tensor(bad, device="vtpu"), **kwargs).cpu()
+    # Valid offsets, with empty bags and a bag ending at the last index, still match the CPU.
+    off = torch.tensor([0, 0, 2, 3])
+    got = nn.functional.embedding_bag(idx, w, off.to("vtpu"), **kwargs).cpu()
+    expected = nn.functional.embedding_bag(idx.cpu(), w.cpu(), off, **kwargs)
+    torch.testing.assert_close(got, expected)

@@ -1,14 +1,19 @@
-// Helpers for boxed kernels (the host-kernel path, the sparse host path):
+// Helpers for boxed kernels (the host-kernel path, the sparse and nested host paths):
 // walking the tensors of a boxed argument and naming the op.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include <torch/library.h>
+
 #include "aten_bridge.h"
+#include "call_site.h"
 
 namespace vtpu::bridge {
 
@@ -65,6 +70,52 @@ inline std::string op_name(const c10::OperatorHandle& op) {
 // device tensor: the argument it is (in place, out=), a device view of the
 // argument whose memory it views, or a device copy of a fresh result.
 at::Tensor host_result_on_device(const at::Tensor& result, const std::vector<at::Tensor>& device_args);
+
+// A device tensor over `base`'s storage with `meta`'s dtype and geometry.
+at::Tensor device_view(const at::Tensor& base, const at::Tensor& meta);
+
+// Nested tensors (nested_tensors.cpp): `nested` with its buffer copied to
+// `device`; a CPU kernel's nested result on the device, a view of the
+// argument whose memory it views or a copy.
+at::Tensor nested_copy_on(const at::Tensor& nested, c10::Device device);
+at::Tensor nested_result_on_device(const at::Tensor& result, const std::vector<at::Tensor>& device_args);
+
+// Registers `Kernel` for every aten op that has a kernel for `cpu_key` and
+// none for `vtpu_key` (SparseCPU -> SparsePrivateUse1, ...): a
+// CompositeExplicitAutograd kernel would otherwise win over the key's
+// fallback and treat the tensor as a dense one. Call it at library load,
+// after libtorch registered its kernels.
+template <void (*Kernel)(const c10::OperatorHandle&, torch::jit::Stack*)>
+std::unique_ptr<torch::Library> kernel_for_every_cpu_op(c10::DispatchKey cpu_key, c10::DispatchKey vtpu_key,
+                                                        const char* file, std::uint32_t line) {
+  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", vtpu_key, file, line);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNamesForDispatchKey(cpu_key)) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    const auto op = dispatcher.findOp(name);
+    if (!op || op->hasKernelForDispatchKey(vtpu_key)) continue;
+    std::string qualified = name.name.substr(6);
+    if (!name.overload_name.empty()) qualified += "." + name.overload_name;
+    library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<Kernel>());
+  }
+  return library;
+}
+
+// Runs ATen's CPU kernel of `op` on the host arguments `host` for a boxed
+// host path over tensors of kind `what` ("sparse", "nested"): its errors are
+// raised annotated with the op and the user's line, and a missing CPU kernel
+// says that the vtpu path has none either.
+inline void call_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack& host, const std::string& name,
+                            const char* what) {
+  try {
+    op.callBoxed(host);
+  } catch (c10::NotImplementedError& error) {
+    error.add_context("[vtpu] " + name + " on " + what + " vtpu tensors runs ATen's CPU kernel, and it has none");
+    rethrow_annotated(std::current_exception(), name, capture_call_site());
+  } catch (const c10::Error&) {
+    rethrow_annotated(std::current_exception(), name, capture_call_site());
+  }
+}
 
 // `sparse` (COO or a compressed layout) with its indices and values copied
 // to `device`: a new tensor (sparse_tensors.cpp).

@@ -106,17 +106,6 @@ class MetaMirror {
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> storages_;
 };
 
-// A device tensor over `base`'s storage with `meta`'s dtype and geometry:
-// the device side of a view that a meta kernel computed.
-at::Tensor device_view(const at::Tensor& base, const at::Tensor& meta) {
-  at::Tensor view = at::detail::make_tensor<c10::TensorImpl>(
-      c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), meta.dtype());
-  view.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides(), meta.storage_offset());
-  if (meta.is_conj()) view._set_conj(true);
-  if (meta.is_neg()) view._set_neg(true);
-  return view;
-}
-
 bool dense_strides(const at::Tensor& meta) {
   return meta.is_non_overlapping_and_dense();
 }
@@ -401,7 +390,9 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   // by the CPU kernel itself: run it now and move its components.
   for (const c10::IValue& value : meta) {
     bool sparse = false;
-    for_each_tensor(value, [&](const at::Tensor& t) { sparse |= t.defined() && t.layout() != c10::kStrided; });
+    for_each_tensor(value, [&](const at::Tensor& t) {
+      sparse |= t.defined() && (t.layout() != c10::kStrided || t.is_nested());
+    });
     if (sparse) return run_synchronously(op, stack, "sparse_result");
   }
 
@@ -654,9 +645,21 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 
+// A device tensor over `base`'s storage with `meta`'s dtype and geometry:
+// the device side of a view that a meta kernel computed (or a CPU kernel made).
+at::Tensor device_view(const at::Tensor& base, const at::Tensor& meta) {
+  at::Tensor view = at::detail::make_tensor<c10::TensorImpl>(
+      c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), meta.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides(), meta.storage_offset());
+  if (meta.is_conj()) view._set_conj(true);
+  if (meta.is_neg()) view._set_neg(true);
+  return view;
+}
+
 at::Tensor host_result_on_device(const at::Tensor& result, const std::vector<at::Tensor>& device_args) {
   if (!result.defined() || !result.device().is_cpu()) return result;
   if (is_sparse_layout(result)) return sparse_copy_on(result, c10::Device(kVtpu, 0));
+  if (result.is_nested()) return nested_result_on_device(result, device_args);
   TORCH_CHECK_NOT_IMPLEMENTED(result.layout() == c10::kStrided, "vtpu tensors are strided or sparse; layout ",
                               result.layout(), " is not supported on vtpu");
   // A result over an argument's memory is that argument (in-place/out) or a view of it.

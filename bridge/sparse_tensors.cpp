@@ -251,14 +251,7 @@ void sparse_host_fallback(const c10::OperatorHandle& op, Stack* stack) {
   }
 
   context.metrics().count_kernel();
-  try {
-    op.callBoxed(host);
-  } catch (c10::NotImplementedError& error) {
-    error.add_context("[vtpu] " + name + " on sparse vtpu tensors runs ATen's CPU kernel, and it has none");
-    rethrow_annotated(std::current_exception(), name, capture_call_site());
-  } catch (const c10::Error&) {
-    rethrow_annotated(std::current_exception(), name, capture_call_site());
-  }
+  call_cpu_kernel(op, host, name, "sparse");
 
   // Sparse arguments the op writes get their new components back.
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -331,29 +324,13 @@ namespace {
 
 // Ops with a SparseCPU (SparseCsrCPU) kernel and a CompositeExplicitAutograd
 // one: the composite would win over the fallback and treat the sparse tensor
-// as a dense one (sum() returned its input unchanged). Each aten op with a
-// CPU kernel for the layout and none for vtpu gets the fallback as its
-// kernel. Runs when this library loads, after libtorch registered its kernels
-// and after the registrations above (same file, in order).
-std::unique_ptr<torch::Library> host_kernels_for(c10::DispatchKey cpu_key, c10::DispatchKey vtpu_key) {
-  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", vtpu_key, __FILE__, __LINE__);
-  auto& dispatcher = c10::Dispatcher::singleton();
-  for (const c10::OperatorName& name : dispatcher.getAllOpNamesForDispatchKey(cpu_key)) {
-    if (name.name.rfind("aten::", 0) != 0) continue;
-    const auto op = dispatcher.findOp(name);
-    if (!op || op->hasKernelForDispatchKey(vtpu_key)) continue;
-    std::string qualified = name.name.substr(6);
-    if (!name.overload_name.empty()) qualified += "." + name.overload_name;
-    library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&sparse_host_fallback>());
-  }
-  return library;
-}
-
+// as a dense one (sum() returned its input unchanged). Runs when this library
+// loads, after the registrations above (same file, in order).
 struct SparseCpuKernelsForVtpu {
-  std::unique_ptr<torch::Library> coo =
-      host_kernels_for(c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1);
-  std::unique_ptr<torch::Library> compressed =
-      host_kernels_for(c10::DispatchKey::SparseCsrCPU, c10::DispatchKey::SparseCsrPrivateUse1);
+  std::unique_ptr<torch::Library> coo = kernel_for_every_cpu_op<&sparse_host_fallback>(
+      c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1, __FILE__, __LINE__);
+  std::unique_ptr<torch::Library> compressed = kernel_for_every_cpu_op<&sparse_host_fallback>(
+      c10::DispatchKey::SparseCsrCPU, c10::DispatchKey::SparseCsrPrivateUse1, __FILE__, __LINE__);
 };
 const SparseCpuKernelsForVtpu sparse_cpu_kernels_for_vtpu;
 

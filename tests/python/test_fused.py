@@ -617,3 +617,51 @@ def test_held_chain_kernels_run_before_any_flush_point(flush_by):
         torch.vtpu.empty_cache()
         got = y.cpu()
     assert torch.equal(got, _in_strict(lambda t: ((t * 2).exp() + 1).cpu(), d))
+
+
+def _library_call_chain(x, y):
+    # Two or more C-library calls per element (sin, cos, atan2; every float64
+    # transcendental): the kernel computes 16 neighbouring elements side by
+    # side (`element_lanes`), so one element's chain of calls overlaps the next
+    # element's.
+    a = torch.sin(x * 1.0001 + 0.5)
+    b = torch.cos(a - y)
+    return torch.atan2(b, a + 1.5).sin() * y
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_chain_of_library_calls_fuses_with_stricts_bits(dtype):
+    # 4099 elements: whole groups of 16 lanes and a remainder in each chunk.
+    x = torch.randn(4099, dtype=dtype, device="vtpu")
+    y = torch.randn(4099, dtype=dtype, device="vtpu")
+    program = _library_call_chain if dtype == torch.float32 else (
+        lambda a, b: torch.tanh(torch.exp(a * 0.5) - b).sigmoid() * torch.log1p(b.abs()))
+    result, metrics = _steady_metrics(program, x, y)
+    assert metrics["fused_kernels"] == 1 and metrics["kernels_launched"] == 1, metrics
+    expected = _in_strict(program, x, y)
+    assert torch.equal(result.cpu(), expected.cpu())
+
+
+def test_the_lane_kernel_is_generated_only_for_two_library_calls(tmp_path):
+    # The dumped source of a fresh compile shows which loop a kernel runs.
+    code = (
+        "import torch, torch_vtpu\n"
+        "torch_vtpu.set_mode('fused')\n"
+        "x, y = torch.randn(5000, device='vtpu'), torch.randn(5000, device='vtpu')\n"
+        "for _ in range(2):\n"
+        "    one = torch.sin(x * 2.0 + 1.0)\n"
+        "    one.cpu()\n"
+        "    two = torch.cos(torch.sin(y * 3.0) + 1.0)\n"
+        "    torch.vtpu.synchronize()\n"
+        "    torch_vtpu._C._wait_for_fusion_compiles()\n")
+    env = {**__import__("os").environ, "VTPU_CACHE_DIR": str(tmp_path / "cache"),
+           "VTPU_DUMP_KERNELS": str(tmp_path / "dump"), "VTPU_AOT_KERNELS": "0"}
+    import subprocess
+    (tmp_path / "dump").mkdir()
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=600)
+    sources = [p.read_text() for p in (tmp_path / "dump").glob("*.cpp")]
+    with_lanes = [s for s in sources if "element_lanes(c, begin)" in s]
+    assert len(with_lanes) == 1 and "std::cos" in with_lanes[0] and with_lanes[0].count("std::sin") >= 1
+    single_call = [s for s in sources if "std::sin" in s and "std::cos" not in s]
+    assert single_call and all("element_lanes" not in s for s in single_call), \
+        "a kernel with one library call keeps the element loop"

@@ -54,11 +54,13 @@ def test_shape_errors_are_raised_eagerly():
 
 
 def test_unsupported_layout_is_a_clear_error():
-    # Sparse COO is supported (test_sparse.py); compressed layouts are not.
-    with pytest.raises(NotImplementedError, match="SparseCsrvtpu"):
-        torch.empty(2, 2, device="vtpu", layout=torch.sparse_csr)
-    with pytest.raises(NotImplementedError, match="layout SparseCsr is not supported on vtpu"):
-        torch.eye(3, device="vtpu").to_sparse_csr()
+    # Sparse COO and the compressed layouts are supported (test_sparse.py,
+    # test_sparse_compressed.py); oneDNN's opaque layout is a CPU layout.
+    with pytest.raises(NotImplementedError, match="mkldnn layout: vtpu"):
+        torch.empty(2, 2, device="vtpu", layout=torch._mkldnn)
+    with pytest.raises(NotImplementedError, match="layout Mkldnn is not supported on vtpu"):
+        torch.eye(3, device="vtpu").to_mkldnn()
+    assert torch.eye(3, device="vtpu").to_sparse_csr().layout == torch.sparse_csr
 
 
 _OVERLAP = "some elements of the input tensor and the written-to tensor refer to a single memory location"

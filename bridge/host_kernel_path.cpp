@@ -186,8 +186,15 @@ Stack host_arguments(const c10::FunctionSchema& schema, const Stack& stack, std:
         if (keep_alive) keep_alive->push_back(t.storage());
         return aliases(t);
       }
-      // The caller may change a host scalar after we return.
-      return (snapshot_cpu_scalars && t.defined()) ? t.clone() : t;
+      // The caller may change a host scalar after we return. A Python number
+      // ATen wrapped stays one: type promotion counts it as the default float
+      // dtype, where a 0-dim float64 tensor makes an integer op compute in
+      // double (`fmod(int_tensor, 0.3)` gave fmod(3.0, 0.3) = 1e-16 for the
+      // CPU's float32 0.29999989).
+      if (!snapshot_cpu_scalars || !t.defined()) return t;
+      at::Tensor snapshot = t.clone();
+      if (t.unsafeGetTensorImpl()->is_wrapped_number()) snapshot.unsafeGetTensorImpl()->set_wrapped_number(true);
+      return snapshot;
     }));
   }
   return host;

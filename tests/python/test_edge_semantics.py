@@ -204,3 +204,27 @@ def test_add_and_sub_with_alpha_round_once_as_atens_fmadd(mode, dtype):
         params[device] = [p.detach().cpu() for p in ps]
     for want, got in zip(params["cpu"], params["vtpu"]):
         assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("mode", ["debug", "strict", "fused"])
+def test_an_integer_tensor_with_a_python_float_computes_in_float32_as_the_cpu(mode):
+    # A Python number stays a wrapped number when the host-kernel path takes
+    # its snapshot: as a plain 0-dim float64 tensor it made the CPU kernel
+    # compute in double (fmod(3, 0.3) gave 1e-16 for the CPU's 0.29999989;
+    # 3 // 0.3 gave 10 for 9). Found by a differential fuzzer.
+    torch_vtpu.set_mode(mode)
+    ints = torch.arange(1, 40)
+    flags = torch.tensor([False, True])
+    cases = [
+        (ints, lambda x: torch.fmod(x, 0.3)),
+        (ints, lambda x: torch.remainder(x, 0.3)),
+        (ints, lambda x: x // 0.3),
+        (ints, lambda x: torch.div(x, 0.001, rounding_mode="trunc")),
+        (ints.int(), lambda x: torch.fmod(x, 0.7)),
+        (flags, lambda x: x // -1e-300),
+    ]
+    for x, fn in cases:
+        expected = fn(x)
+        got = fn(x.to("vtpu")).cpu()
+        assert got.dtype == expected.dtype == torch.float32
+        assert torch.equal(got.view(torch.int32), expected.view(torch.int32)), (got, expected)

@@ -228,3 +228,32 @@ def test_an_integer_tensor_with_a_python_float_computes_in_float32_as_the_cpu(mo
         got = fn(x.to("vtpu")).cpu()
         assert got.dtype == expected.dtype == torch.float32
         assert torch.equal(got.view(torch.int32), expected.view(torch.int32)), (got, expected)
+
+
+@pytest.mark.parametrize("nan_bits", [0x7FC00000, -0x00400000])  # +NaN, -NaN (0xffc00000)
+def test_sigmoid_and_silu_of_nan_keep_its_sign_fused_or_not(nan_bits):
+    # sigmoid computed 1 / (1 + exp(-x)): -x flips a NaN's sign, and the
+    # compiler may commute x * sigmoid(x), so a fused kernel's silu(NaN) had
+    # the other sign than strict's (found by a differential fuzzer).
+    nan = torch.tensor([nan_bits], dtype=torch.int32).view(torch.float32)
+    x = torch.cat([torch.tensor([-6.64, 0.5]), nan, torch.tensor([3.0])])
+
+    def program(t):
+        s = torch.nn.functional.silu(t)
+        u = torch.div(2147483647, s - 3.75)
+        return s, u, torch.nn.functional.silu(u), torch.sigmoid(t * 2.0)
+
+    with torch_vtpu.mode("strict"):
+        strict = [r.cpu() for r in program(x.to("vtpu"))]
+    torch_vtpu.set_mode("fused")
+    torch_vtpu.set_fused_min_elements(0)
+    try:
+        for _ in range(3):  # the last run launches the compiled fused kernel
+            fused = [r.cpu() for r in program(x.to("vtpu"))]
+            torch_vtpu._C._wait_for_fusion_compiles()
+        assert torch_vtpu.metrics()["fused_kernels"] > 0
+    finally:
+        torch_vtpu.set_mode("strict")
+    for s, f in zip(strict, fused):
+        assert torch.equal(s.view(torch.int32), f.view(torch.int32)), (s, f)
+    assert strict[0].view(torch.int32)[2].item() == nan_bits  # silu(NaN) is that NaN

@@ -105,7 +105,14 @@ static inline float vtpu_tanh(float x) {
   return x == 0.0f ? x : result;                    // keeps the sign of -0
 }
 
-static inline float vtpu_sigmoid(float x) { return 1.0f / (1.0f + vtpu_exp(-x)); }
+// A NaN input comes back as it is: -x flips a NaN's sign bit, and which of
+// two NaN operands a product returns is the compiler's choice (it may commute
+// x * sigmoid(x)), so silu(NaN) took either sign depending on the kernel it
+// was fused into (fused and strict differed in the sign bit).
+static inline float vtpu_sigmoid(float x) {
+  const float s = 1.0f / (1.0f + vtpu_exp(-x));
+  return x != x ? x : s;
+}
 
 static inline float vtpu_erf(float x) {
   const float s = x * x;
@@ -137,4 +144,7 @@ template <typename T> static inline T vtpu_exp(T x) { return std::exp(x); }
 template <typename T> static inline T vtpu_log(T x) { return std::log(x); }
 template <typename T> static inline T vtpu_tanh(T x) { return std::tanh(x); }
 template <typename T> static inline T vtpu_erf(T x) { return std::erf(x); }
-template <typename T> static inline T vtpu_sigmoid(T x) { return T(1) / (T(1) + std::exp(-x)); }
+template <typename T> static inline T vtpu_sigmoid(T x) {
+  const T s = T(1) / (T(1) + std::exp(-x));
+  return x != x ? x : s;  // a NaN keeps its sign (see the float version)
+}

@@ -826,6 +826,32 @@ def test_a_value_returned_twice_by_a_graph_reaches_every_output(native):
     torch.testing.assert_close(w.grad.cpu(), 2 * torch.cos(a0 * 2))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_logit_and_xlogy_keep_eager_bits(dtype):
+    """Their core decompositions compute step by step in the 16-bit dtype where
+    ATen's kernel computes in float32 and rounds once: bf16 logit(x, eps=1e-3)
+    gave 6.9 where eager mode and the CPU give inf (found by a fuzzing review).
+    16-bit operands keep the op whole (decompositions.WHOLE_FOR_16_BIT)."""
+    torch.manual_seed(0)
+    x = torch.rand(64, 64).to(dtype)
+    x[0, :4] = torch.tensor([0.5, 0.9995, 1.0, 0.0002], dtype=dtype)
+    programs = [lambda t: torch.logit(t, eps=1e-3), lambda t: torch.logit(t),
+                lambda t: torch.xlogy(t - 0.5, t + 0.1), lambda t: torch.xlogy(t, 2.5)]
+    for program in programs:
+        torch._dynamo.reset()
+        eager = program(x.to("vtpu")).cpu()
+        compiled = torch.compile(program, backend="vtpu")(x.to("vtpu")).cpu()
+        assert torch.equal(eager, program(x)), "vtpu eager is the CPU's kernel"
+        assert torch.equal(compiled.view(torch.int16), eager.view(torch.int16))
+    # Their gradients too (logit_backward).
+    torch._dynamo.reset()
+    leaf = x.to("vtpu").requires_grad_()
+    torch.compile(lambda t: torch.logit(t, eps=1e-3).float().sum(), backend="vtpu")(leaf).backward()
+    eager_leaf = x.to("vtpu").requires_grad_()
+    torch.logit(eager_leaf, eps=1e-3).float().sum().backward()
+    assert torch.equal(leaf.grad.cpu().view(torch.int16), eager_leaf.grad.cpu().view(torch.int16))
+
+
 def test_channels_last_cnn_compiles_and_trains_like_cpu():
     """A channels-last CNN: vtpu convolutions return channels-last like the CPU's, and the
     fake tensors Dynamo and AOTAutograd trace with must say so too (fake_layout.py), or the

@@ -123,6 +123,12 @@ template <typename T> static inline T vtpu_relu(T a) { return a < T(0) ? T(0) : 
 // narrowing then wraps. A plain static_cast is undefined there, and GCC folded
 // float -> int -> float into a trunc inside one fused kernel (fused mode gave
 // -1.0 for uint8(-1.5) read back as a float; strict, storing it, 255).
+// The value unchanged, its origin hidden from the optimiser (see
+// cast_from_floating in host_codegen.cpp).
+template <typename T> static inline T vtpu_opaque(T v) {
+  __asm__("" : "+r"(v));
+  return v;
+}
 template <typename To, typename From> static inline To vtpu_float_to_int(From x) {
   const double d = static_cast<double>(x);
   if constexpr (sizeof(To) == 8) {
@@ -515,7 +521,21 @@ class Emitter {
 
   // `id` converted to the compute type `type`.
   std::string as(ir::ValueId id, const char* type) const {
-    return "static_cast<" + std::string(type) + ">(" + value(id) + ")";
+    const std::string t = type;
+    if ((t == "float" || t == "double") && cast_from_floating(id))
+      return "static_cast<" + t + ">(vtpu_opaque(" + value(id) + "))";
+    return "static_cast<" + t + ">(" + value(id) + ")";
+  }
+
+  // An integer this kernel made from a floating value. Converted back to a
+  // floating type in the same kernel, GCC (with -fno-trapping-math) folds the
+  // round trip into a truncation in its scalar loop, which keeps the sign of
+  // zero: -0.75 -> int64 -> float gave -0.0 (the CPU and strict +0.0: an
+  // integer has no -0; found by fuzzing fused mode). vtpu_opaque hides where
+  // the integer came from; only such kernels lose the vector loop.
+  bool cast_from_floating(ir::ValueId id) const {
+    const ir::Node& node = graph_.nodes()[static_cast<std::size_t>(id)];
+    return node.op == OpKind::Cast && ir::is_floating(node.common_dtype) && ir::is_integral(node.type.dtype);
   }
 
   // The element function's statements; tensor t's element offset is
@@ -606,6 +626,8 @@ class Emitter {
       case OpKind::Cast:
         if (floating && ir::is_integral(node.type.dtype))
           return "vtpu_float_to_int<" + std::string(storage_type(node.type.dtype)) + ">(" + a + ")";
+        if (!floating && ir::is_floating(node.type.dtype) && cast_from_floating(node.inputs[0]))
+          return "vtpu_opaque(" + a + ")";
         return a;
       case OpKind::Neg: return "-" + a;
       case OpKind::Abs: return floating ? "std::fabs(" + a + ")" : "(" + a + " < 0 ? -" + a + " : " + a + ")";

@@ -452,6 +452,36 @@ at::Tensor wrapped_number(const c10::Scalar& value) {
   return t;
 }
 
+namespace {
+
+// Puts an empty out= tensor this lowering sized back as it was when the op
+// then stays on ATen's kernel: ATen checks the result dtype before it sizes
+// its out, so a call that raises (`maximum(bool, float64 0-dim, out=bool)`)
+// leaves the out untouched on the CPU, and did not on vtpu.
+struct RestoreSizedOut {
+  at::Tensor out;
+  std::vector<std::int64_t> sizes;
+  std::vector<std::int64_t> strides;
+  bool armed = false;
+
+  void remember(const at::Tensor& t) {
+    out = t;
+    sizes = t.sizes().vec();
+    strides = t.strides().vec();
+    armed = true;
+  }
+  ~RestoreSizedOut() {
+    if (!armed) return;
+    try {
+      out.resize_(sizes);
+      out.as_strided_(sizes, strides);
+    } catch (...) {  // an empty tensor's geometry: nothing left to restore
+    }
+  }
+};
+
+}  // namespace
+
 bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const std::size_t num_args = schema.arguments().size();
@@ -492,6 +522,7 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
     return std::nullopt;
   };
   at::Tensor out;
+  RestoreSizedOut restore_out;
   switch (lowering.result) {
     case Lowering::Result::kOutArgument:  // the last argument for every such op in the table
       if (!args.back().isTensor()) return false;
@@ -503,6 +534,7 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
         std::vector<std::int64_t> sizes;
         for (const at::Tensor& t : operands) sizes = at::infer_size(sizes, t.sizes());
         if (c10::multiply_integers(sizes) != 0) {
+          restore_out.remember(out);
           out.resize_(sizes);
           if (const auto strides = fresh_strides(sizes)) out.as_strided_(sizes, *strides);
         }
@@ -565,6 +597,7 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
     launched = launch_generated(lowering.op, out, operands, lowering.attributes(args));
   }
   if (!launched) return false;
+  restore_out.armed = false;
   stack->erase(stack->end() - static_cast<std::ptrdiff_t>(num_args), stack->end());
   stack->emplace_back(out);
   return true;

@@ -286,3 +286,23 @@ def test_a_float_to_integer_round_trip_in_a_fused_kernel_gives_positive_zero(siz
     for e, s, f in zip(expected, strict, fused):
         assert torch.equal(torch.signbit(s), torch.signbit(e)) and torch.equal(s, e)
         assert torch.equal(torch.signbit(f), torch.signbit(s)) and torch.equal(f, s)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failing_out_call_leaves_its_out_tensor_untouched(mode):
+    # The generated lowering sized an empty out= before the op went on to
+    # ATen's kernel, which raised the dtype error: the CPU raises before it
+    # sizes the out (found by fuzzing). A valid call through the same path
+    # still sizes it.
+    torch_vtpu.set_mode(mode)
+    for device in ("cpu", "vtpu"):
+        a = torch.tensor([True, False, True], device=device)
+        zero = torch.tensor(-0.0, dtype=torch.float64, device=device)
+        out = torch.empty(0, dtype=torch.bool, device=device)
+        with pytest.raises(RuntimeError, match="can't be cast to the desired output type Bool"):
+            torch.maximum(a, zero, out=out)
+            torch.vtpu.synchronize()
+        assert out.shape == (0,), device
+        good = torch.empty(0, dtype=torch.float64, device=device)
+        torch.maximum(a, zero, out=good)
+        assert good.shape == (3,) and good.cpu().tolist() == [1.0, 0.0, 1.0]

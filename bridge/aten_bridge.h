@@ -27,6 +27,11 @@ at::Tensor empty_device_strided(c10::IntArrayRef sizes, c10::IntArrayRef strides
 // alive for as long as the alias is used.
 at::Tensor cpu_alias(const at::Tensor& device_tensor);
 
+// cpu_alias that holds a reference to the device storage for as long as the
+// alias (or any view of it) lives: for aliases handed out of the bridge, to
+// Python or to a collective's transport, whose lifetimes we do not control.
+at::Tensor owning_cpu_alias(const at::Tensor& device_tensor);
+
 // cpu_alias for the device tensors of one op call: tensors over one device
 // storage get CPU aliases over one CPU storage, so ATen's overlap checks (an
 // out= partly over an input is an error on the CPU) and its same-storage

@@ -298,6 +298,22 @@ at::Tensor cpu_alias(const at::Tensor& device_tensor) {
                   device_tensor.is_neg());
 }
 
+at::Tensor owning_cpu_alias(const at::Tensor& device_tensor) {
+  c10::Storage device_storage = device_tensor.storage();
+  void* bytes = device_storage.mutable_data();
+  const std::size_t nbytes = device_storage.nbytes();
+  // The DataPtr owns the reference from here on: its deleter drops it when the
+  // last CPU tensor over these bytes goes away.
+  c10::DataPtr data(
+      bytes, new c10::Storage(std::move(device_storage)),
+      [](void* held) { delete static_cast<c10::Storage*>(held); }, c10::Device(c10::DeviceType::CPU));
+  c10::Storage cpu(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                         std::move(data), /*allocator=*/nullptr,
+                                                         /*resizable=*/false));
+  return alias_in(std::move(cpu), device_tensor.sizes(), device_tensor.strides(), device_tensor.storage_offset(),
+                  device_tensor.dtype(), device_tensor.is_conj(), device_tensor.is_neg());
+}
+
 at::Tensor CpuAliases::operator()(const at::Tensor& device_tensor) {
   c10::StorageImpl* storage = device_tensor.storage().unsafeGetStorageImpl();
   const c10::Storage* shared = nullptr;

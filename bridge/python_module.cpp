@@ -109,6 +109,7 @@ void guarded(Fn&& fn) {
 }  // namespace
 
 void register_graph_program(py::module& m);  // graph_program.cpp
+void register_collectives(py::module& m);     // collectives.cpp
 
 }  // namespace vtpu::bridge
 
@@ -124,6 +125,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.doc() = "vTPU torch bridge";
   register_graph_program(m);
+  register_collectives(m);
   m.def("_synchronize", [] { guarded([] { synchronize_device(); }); });
   // A compiled program's chain boundary (torch_vtpu/compiler/schedule.py).
   m.def("_end_fused_chain", [] { guarded([] { end_fused_chain(); }); });

@@ -100,6 +100,10 @@ def _shutdown() -> None:
 _register_device()
 _set_library_paths()
 _multiprocessing.install()
+
+from . import distributed  # noqa: E402
+
+distributed.register()
 atexit.register(_shutdown)
 _modes._apply_env_mode()
 debug._sync_checker()

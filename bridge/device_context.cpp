@@ -1,5 +1,7 @@
 #include "device_context.h"
 
+#include "device_trace.h"
+
 #include <c10/util/Exception.h>
 #include <pthread.h>
 
@@ -198,26 +200,35 @@ void DeviceContext::enqueue_task(std::function<void()> kernel, std::string op) {
   check_not_in_forked_child();
   const CallSite site = capture_call_site();
   const KernelClass kind = classify_kernel(op);
+  // Under torch.profiler the task is also a device activity of the op issuing it.
+  const bool traced = device_trace_active();
+  const std::uint64_t correlation = traced ? device_trace_correlation() : 0;
   if (mode() == Mode::kDebug) {
     const auto start = std::chrono::steady_clock::now();
+    const std::int64_t trace_start = traced ? device_trace_now_ns() : 0;
     try {
       kernel();
     } catch (...) {
+      if (traced) record_device_activity(op, trace_start, device_trace_now_ns(), correlation);
       rethrow_annotated(std::current_exception(), op, site);
     }
+    if (traced) record_device_activity(op, trace_start, device_trace_now_ns(), correlation);
     metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()), op);
     return;
   }
   // Naming the error needs the GIL (file and line of the site), which the
   // worker must not take: it is done at the synchronisation that raises it.
-  stream_->enqueue([this, kernel = std::move(kernel), op = std::move(op), site, kind] {
+  stream_->enqueue([this, kernel = std::move(kernel), op = std::move(op), site, kind, traced, correlation] {
     const auto start = std::chrono::steady_clock::now();
+    const std::int64_t trace_start = traced ? device_trace_now_ns() : 0;
     try {
       run_stream_task(kernel);
     } catch (...) {
+      if (traced) record_device_activity(op, trace_start, device_trace_now_ns(), correlation);
       metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()), op);
       throw PendingOpError(std::current_exception(), op, site);
     }
+    if (traced) record_device_activity(op, trace_start, device_trace_now_ns(), correlation);
     metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()), op);
   });
 }

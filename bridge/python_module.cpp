@@ -11,6 +11,7 @@
 #include "aten_bridge.h"
 #include "call_site.h"
 #include "device_context.h"
+#include "device_trace.h"
 #include "extern_blocks.h"
 #include "fused_window.h"
 #include "generated_kernels.h"
@@ -126,6 +127,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "vTPU torch bridge";
   register_graph_program(m);
   register_collectives(m);
+  register_device_trace();
   m.def("_synchronize", [] { guarded([] { synchronize_device(); }); });
   // A compiled program's chain boundary (torch_vtpu/compiler/schedule.py).
   m.def("_end_fused_chain", [] { guarded([] { end_fused_chain(); }); });

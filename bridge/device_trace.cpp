@@ -16,8 +16,11 @@
 #include <vector>
 
 #include <IActivityProfiler.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/ApproximateClock.h>
 #include <libkineto.h>
 #include <output_base.h>
+#include <torch/csrc/profiler/stubs/base.h>
 
 namespace vtpu::bridge {
 namespace {
@@ -133,6 +136,39 @@ class DeviceTraceProfiler final : public libkineto::IActivityProfiler {
   std::set<libkineto::ActivityType> activities_{libkineto::ActivityType::CONCURRENT_KERNEL};
 };
 
+// The legacy profiler (torch.autograd.profiler.profile(use_device="vtpu",
+// use_kineto=False)) times each op with a device event at its start and end.
+class LegacyProfilerStubs final : public torch::profiler::impl::ProfilerStubs {
+ public:
+  void record(c10::DeviceIndex* device, torch::profiler::impl::ProfilerVoidEventStub* event,
+              std::int64_t* cpu_ns) const override {
+    const c10::impl::DeviceGuardImplInterface* guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1);
+    if (device != nullptr) *device = 0;
+    void* raw = nullptr;
+    guard->record(&raw, guard->getStream(c10::Device(c10::DeviceType::PrivateUse1, 0)), 0,
+                  c10::EventFlag::BACKEND_DEFAULT);
+    *event = std::shared_ptr<void>(raw, [guard](void* e) { guard->destroyEvent(e, 0); });
+    if (cpu_ns != nullptr) *cpu_ns = c10::getTime();
+  }
+
+  float elapsed(const torch::profiler::impl::ProfilerVoidEventStub* start,
+                const torch::profiler::impl::ProfilerVoidEventStub* end) const override {
+    const c10::impl::DeviceGuardImplInterface* guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1);
+    guard->synchronizeEvent(end->get());
+    return static_cast<float>(guard->elapsedTime(start->get(), end->get(), 0) * 1000.0);  // microseconds
+  }
+
+  void mark(const char*) const override {}
+  void rangePush(const char*) const override {}
+  void rangePop() const override {}
+  bool enabled() const override { return true; }
+  void onEachDevice(std::function<void(int)> op) const override { op(0); }
+  void synchronize() const override {
+    const c10::impl::DeviceGuardImplInterface* guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1);
+    guard->synchronizeDevice(0);
+  }
+};
+
 }  // namespace
 
 bool device_trace_active() { return activity_log().recording.load(std::memory_order_relaxed); }
@@ -154,6 +190,8 @@ void record_device_activity(const std::string& op, std::int64_t start_ns, std::i
 
 void register_device_trace() {
   libkineto::api().registerProfilerFactory([] { return std::make_unique<DeviceTraceProfiler>(); });
+  static LegacyProfilerStubs legacy_stubs;
+  torch::profiler::impl::registerPrivateUse1Methods(&legacy_stubs);
 }
 
 }  // namespace vtpu::bridge

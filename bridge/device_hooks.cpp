@@ -13,6 +13,7 @@
 
 #include "aten_bridge.h"
 #include "device_context.h"
+#include "pinned_memory.h"
 #include "vtpu/runtime/philox.h"
 
 namespace vtpu::bridge {
@@ -85,8 +86,8 @@ class VtpuHooks final : public at::PrivateUse1HooksInterface {
     return at::make_generator<VtpuGeneratorImpl>();
   }
   at::Device getDeviceFromPtr(void*) const override { return c10::Device(kVtpu, 0); }
-  bool isPinnedPtr(const void*) const override { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  bool isPinnedPtr(const void* ptr) const override { return is_pinned_pointer(ptr); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return pinned_memory_allocator(); }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   c10::DeviceIndex deviceCount() const override { return 1; }
   c10::DeviceIndex getCurrentDevice() const override { return 0; }

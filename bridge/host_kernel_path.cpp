@@ -355,6 +355,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   // Generated kernels first; they count themselves.
   if (generated_kernels_enabled() && try_generated_lowering(op, stack)) return;
   const std::string name = op_name(op);
+  TORCH_CHECK_NOT_IMPLEMENTED(!makes_quantized_tensors(name), "vtpu: quantized tensors are not supported (", name,
+                              "); quantize on the CPU");
   context.metrics().count_op();
   context.metrics().count_host_fallback(name);
   if (!returns_only_tensors(schema)) return run_synchronously(op, stack, "host_value_op");

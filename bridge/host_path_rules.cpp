@@ -1,5 +1,7 @@
 #include "host_path_rules.h"
 
+#include <string_view>
+
 #include <c10/util/Exception.h>
 
 #include "env_knobs.h"
@@ -238,6 +240,14 @@ void check_host_arguments(const std::string& name, const Stack& host) {
   if (!offsets.defined() || offsets.dim() != 1 || !indices.defined()) return;
   if (offsets.scalar_type() == at::kLong) check_offsets_in_order<std::int64_t>(offsets, indices.numel());
   else if (offsets.scalar_type() == at::kInt) check_offsets_in_order<std::int32_t>(offsets, indices.numel());
+}
+
+bool makes_quantized_tensors(const std::string& name) {
+  std::string_view op(name);
+  if (op.rfind("aten::", 0) == 0) op.remove_prefix(6);
+  if (op.find("fake_quantize") != std::string_view::npos) return false;
+  return op.rfind("quantize_per", 0) == 0 || op.rfind("_make_per_", 0) == 0 ||
+         op.find("quantized") != std::string_view::npos;
 }
 
 bool runs_serially(const std::string& name, std::size_t tensor_bytes) {

@@ -43,6 +43,13 @@ HostResult host_result(const c10::OperatorHandle& op, std::size_t result, const 
 // uninitialised memory.
 void check_host_arguments(const std::string& name, const Stack& host);
 
+// Ops that make quantized tensors (quantize_per_tensor, _make_per_tensor_quantized_tensor,
+// _empty_affine_quantized, quantized_* kernels). vtpu has no quantized tensor type: they
+// are refused at the call (NotImplementedError), as on backends without quantized
+// kernels, instead of failing later in the queued CPU kernel. fake_quantize_* make float
+// tensors and run.
+bool makes_quantized_tensors(const std::string& name);
+
 // A set of ops learnt at run time (thread-safe).
 class OpSet {
  public:

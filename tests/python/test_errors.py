@@ -216,3 +216,19 @@ def test_warnings_of_queued_kernels_are_python_warnings_at_the_next_sync(mode, c
             with pytest.raises(UserWarning, match="degrees of freedom"):
                 x.var(dim=0)
     assert "degrees of freedom" not in capfd.readouterr().err
+
+
+def test_quantized_tensors_are_refused_at_the_call():
+    """vtpu has no quantized tensor type. quantize_per_tensor used to return a tensor whose
+    queued CPU kernel failed later ("Expected out tensor to have dtype c10::qint8"), at the
+    next host read; now the call raises NotImplementedError, as backends without quantized
+    kernels do. Fake quantization (float results) runs as on the CPU."""
+    x = torch.randn(4, device="vtpu")
+    with pytest.raises(NotImplementedError, match="quantized tensors are not supported"):
+        torch.quantize_per_tensor(x, 0.1, 0, torch.qint8)
+    with pytest.raises(NotImplementedError, match="quantized tensors are not supported"):
+        torch.quantize_per_channel(x.reshape(2, 2), torch.ones(2, device="vtpu"),
+                                   torch.zeros(2, dtype=torch.long, device="vtpu"), 0, torch.qint8)
+    torch.testing.assert_close(torch.fake_quantize_per_tensor_affine(x, 0.1, 0, -128, 127).cpu(),
+                               torch.fake_quantize_per_tensor_affine(x.cpu(), 0.1, 0, -128, 127))
+    torch.vtpu.synchronize()  # nothing left pending

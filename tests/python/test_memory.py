@@ -142,3 +142,24 @@ print(peak, x.nbytes, ok, torch.equal(y.cpu(), xc * 2999.0))
     peak, nbytes, ok, last_ok = out.stdout.split()
     assert int(peak) <= 8 * int(nbytes), (peak, nbytes)  # 3000 queued results would be 3000 blocks
     assert ok == "True" and last_ok == "True"
+
+
+def test_pinned_host_memory():
+    """pin_memory() and pin_memory=True give host memory is_pinned() recognises (as with
+    CUDA), views of it included; other host memory is not pinned; DataLoader's pin_memory
+    thread pins its batches; pinned tensors upload with non_blocking=True."""
+    import torch_vtpu  # noqa: F401
+
+    host = torch.arange(12.0).reshape(3, 4)
+    pinned = host.pin_memory()
+    assert pinned.is_pinned() and not host.is_pinned()
+    assert torch.equal(pinned, host) and pinned.data_ptr() != host.data_ptr()
+    assert pinned[1:, 2:].is_pinned()
+    assert torch.empty(5, pin_memory=True).is_pinned()
+    assert not torch.empty(5).is_pinned()
+    on_device = pinned.to("vtpu", non_blocking=True)
+    assert torch.equal(on_device.cpu(), host)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(host), batch_size=2, pin_memory=True)
+    batches = [batch for (batch,) in loader]
+    assert all(b.is_pinned() for b in batches)
+    assert torch.equal(torch.cat(batches), host)

@@ -16,7 +16,7 @@ completes with the caller's vtpu tensors, not the aliases, so a DDP comm hook or
 asynchronous collective must not be used before its work is waited on.
 
 Gloo's own rules hold (supported reduce ops and dtypes, dense tensors, one tensor per
-rank per call); its errors reach the caller unchanged.
+rank per call); its errors, raised at the call or by `wait()`, reach the caller unchanged.
 """
 from __future__ import annotations
 
@@ -55,25 +55,67 @@ def _to_host(value, aliases: list[torch.Tensor], originals: list[torch.Tensor]):
     return alias
 
 
-class _HeldWork(dist.Work):
-    """Gloo's work, holding the caller's tensors until the work is dropped."""
+def _to_device(value, back: dict[int, torch.Tensor]):
+    if isinstance(value, (list, tuple)):
+        return [_to_device(v, back) for v in value]
+    return back.get(id(value), value) if isinstance(value, torch.Tensor) else value
 
-    def __init__(self, gloo_work, originals):
+
+class _DeviceWork(dist.Work):
+    """Gloo's work(s) for one call, answering in the caller's tensors.
+
+    wait() and exception() are Gloo's: a collective that fails or times out raises, as on
+    the CPU. result() and get_future() give the caller's vtpu tensors where Gloo has the
+    host aliases. The work holds those tensors until it is dropped.
+    """
+
+    def __init__(self, gloo_works, aliases, originals):
         super().__init__()
-        self._gloo_work = gloo_work
-        self._originals = originals
+        self._gloo_works = gloo_works
+        self._aliases = aliases  # alive while _back is keyed by their ids
+        self._back = dict(zip(map(id, aliases), originals))
+        self._future = None
+        if len(gloo_works) == 1:
+            try:
+                host_future = gloo_works[0].get_future()
+            except RuntimeError:  # some of Gloo's works have none (reduce_scatter_tensor's)
+                host_future = None
+            if host_future is not None:
+                # Completes with the caller's tensors in place of the aliases. Its callback
+                # is C++: it runs on Gloo's thread, which may finish a work nobody waited
+                # for while the interpreter is finalising (no GIL to be had then).
+                self._future = _C._future_on_device(host_future, aliases, originals)
 
     def wait(self, timeout=datetime.timedelta(0)):
-        return self._gloo_work.wait(timeout) if timeout else self._gloo_work.wait()
+        done = [work.wait(timeout) for work in self._gloo_works]
+        return all(done)
 
     def is_completed(self):
-        return self._gloo_work.is_completed()
+        return all(work.is_completed() for work in self._gloo_works)
 
     def is_success(self):
-        return self._gloo_work.is_success()
+        return all(work.is_success() for work in self._gloo_works)
 
     def exception(self):
-        return self._gloo_work.exception()
+        for work in self._gloo_works:
+            error = work.exception()
+            if error is not None:
+                return error
+        return None
+
+    def source_rank(self):
+        return self._gloo_works[0].source_rank()
+
+    def _source_rank(self):
+        return self._gloo_works[0]._source_rank()
+
+    def result(self):
+        return _to_device(self._gloo_works[0].result(), self._back)
+
+    def get_future(self):
+        if self._future is None:
+            raise RuntimeError("Work::getFuture not implemented for this collective (Gloo has no future for it)")
+        return self._future
 
 
 class _Call:
@@ -86,18 +128,10 @@ class _Call:
             _C._synchronize_for_collective()
         self.args = _to_host(args, self.aliases, self.originals)
 
-    def work(self, gloo_work):
-        if not self.originals:
-            return gloo_work
-        try:
-            gloo_future = gloo_work.get_future()
-        except RuntimeError:
-            # Some of Gloo's works have no future (reduce_scatter_tensor's).
-            return _HeldWork(gloo_work, self.originals)
-        # Completes with the caller's tensors in place of the aliases, and holds both
-        # until then. Its callback is C++: it runs on Gloo's thread, which may finish a
-        # work nobody waited for while the interpreter is finalising.
-        return _c10d._create_work_from_future(_C._future_on_device(gloo_future, self.aliases, self.originals))
+    def work(self, *gloo_works):
+        if not self.originals and len(gloo_works) == 1:
+            return gloo_works[0]  # CPU tensors only: Gloo's own work
+        return _DeviceWork(list(gloo_works), self.aliases, self.originals)
 
 
 def _forward(name: str):
@@ -110,11 +144,19 @@ def _forward(name: str):
     return collective
 
 
-def _unsupported(name: str):
-    def collective(self, *args):
-        raise RuntimeError(f"Backend {BACKEND_NAME} (Gloo transport) does not support {name}")
+def _coalesced(name: str, single: str):
+    """Gloo's backend has coalesced single-tensor gathers and scatters, its Python binding
+    does not: one `single` call per pair of tensors, in order on every rank."""
+
+    def collective(self, outputs, inputs, opts=None):
+        call = _Call((outputs, inputs))
+        method = getattr(self._gloo, single)
+        outs, ins = call.args
+        extra = () if opts is None else (opts,)
+        return call.work(*[method(o, i, *extra) for o, i in zip(outs, ins, strict=True)])
 
     collective.__name__ = name
+    collective.__doc__ = _coalesced.__doc__
     return collective
 
 
@@ -165,11 +207,10 @@ class ProcessGroupVtpu(dist.ProcessGroup):
     all_to_all_single = _forward("alltoall_base")
     alltoall_base = _forward("alltoall_base")
     send = _forward("send")
-    # Gloo has no coalesced single-tensor gather/scatter; c10d raises as for Gloo on the CPU.
-    all_gather_single_coalesced = _unsupported("all_gather_single_coalesced")
-    allgather_into_tensor_coalesced = _unsupported("allgather_into_tensor_coalesced")
-    reduce_scatter_single_coalesced = _unsupported("reduce_scatter_single_coalesced")
-    reduce_scatter_tensor_coalesced = _unsupported("reduce_scatter_tensor_coalesced")
+    all_gather_single_coalesced = _coalesced("all_gather_single_coalesced", "_allgather_base")
+    allgather_into_tensor_coalesced = _coalesced("allgather_into_tensor_coalesced", "_allgather_base")
+    reduce_scatter_single_coalesced = _coalesced("reduce_scatter_single_coalesced", "_reduce_scatter_base")
+    reduce_scatter_tensor_coalesced = _coalesced("reduce_scatter_tensor_coalesced", "_reduce_scatter_base")
     recv = _forward("recv")
     recv_anysource = _forward("recv_anysource")
 

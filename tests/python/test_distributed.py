@@ -188,11 +188,43 @@ def _async_and_errors(rank):
             cpu_type = raised.type
         else:
             assert raised.type is cpu_type
+    # Errors Gloo raises only when the work runs (int32 AVG) reach the caller too, from the
+    # call and from wait(), with the CPU's type; the work reports them like Gloo's own.
+    reference = dist.new_group(backend="gloo")
+    for device, group in (("cpu", reference), ("vtpu", None)):
+        with pytest.raises(Exception) as raised:
+            dist.all_reduce(torch.ones(2, dtype=torch.int32, device=device), op=dist.ReduceOp.AVG, group=group)
+        if device == "cpu":
+            cpu_type = raised.type
+        else:
+            assert raised.type is cpu_type
+    work = dist.all_reduce(torch.ones(2, dtype=torch.int32, device="vtpu"), op=dist.ReduceOp.AVG, async_op=True)
+    with pytest.raises(cpu_type):
+        work.wait()
+    assert not work.is_success() and work.exception() is not None
     sparse = torch.ones(2, 2).to_sparse().to("vtpu")
     with pytest.raises(RuntimeError, match="dense"):
         dist.all_reduce(sparse)
-    with pytest.raises(RuntimeError, match="does not support allgather_into_tensor_coalesced"):
-        dist.group.WORLD.allgather_into_tensor_coalesced([torch.zeros(2)], [torch.zeros(1)])
+    # The rest of Gloo's work interface: a bounded wait, result(), a receive from any rank.
+    t = torch.full((3,), float(rank), device="vtpu")
+    work = dist.all_reduce(t, async_op=True)
+    assert work.wait(datetime.timedelta(seconds=60))
+    assert work.result()[0] is t and t.cpu().tolist() == [1.0] * 3
+    got = torch.zeros(2, device="vtpu")
+    if rank == 0:
+        dist.send(torch.full((2,), 5.0, device="vtpu"), 1)
+    else:
+        assert dist.recv(got) == 0 and got.cpu().tolist() == [5.0, 5.0]
+    # Coalesced single-tensor gathers and scatters (FSDP2's), one call per pair.
+    outs = [torch.zeros(WORLD * 2, device="vtpu"), torch.zeros(WORLD, device="vtpu")]
+    ins = [torch.full((2,), float(rank + 1), device="vtpu"), torch.full((1,), float(10 * rank), device="vtpu")]
+    dist.group.WORLD.allgather_into_tensor_coalesced(outs, ins).wait()
+    assert outs[0].cpu().tolist() == [1.0, 1.0, 2.0, 2.0] and outs[1].cpu().tolist() == [0.0, 10.0]
+    outs = [torch.zeros(2, device="vtpu"), torch.zeros(1, device="vtpu")]
+    ins = [torch.arange(4.0, device="vtpu") + rank, torch.arange(2.0, device="vtpu") * (rank + 1)]
+    dist.group.WORLD.reduce_scatter_tensor_coalesced(outs, ins).wait()
+    assert outs[0].cpu().tolist() == [1.0, 3.0] if rank == 0 else outs[0].cpu().tolist() == [5.0, 7.0]
+    assert outs[1].cpu().tolist() == ([0.0] if rank == 0 else [3.0])
     # The group is usable after the errors.
     v = torch.ones(2, device="vtpu")
     dist.all_reduce(v)
@@ -242,6 +274,16 @@ def _train(rank, device, mode, group, steps=4):
     return [p.detach().cpu() for p in model.parameters()], torch.stack(losses).cpu()
 
 
+class _HalfUsed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used = torch.nn.Linear(4, 2)
+        self.unused = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.used(x)
+
+
 def _ddp(rank):
     import torch_vtpu
 
@@ -261,6 +303,19 @@ def _ddp(rank):
     syncs = [None] * WORLD
     dist.all_gather_object(syncs, torch_vtpu.metrics()["syncs"])
     assert syncs[0] == syncs[1]
+
+    # A parameter without a gradient in this step (DDP pins a host buffer to find it).
+    for device in ("cpu", "vtpu"):
+        torch.manual_seed(2)
+        model = _HalfUsed().to(device)
+        ddp = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True,
+                                                        process_group=reference if device == "cpu" else None)
+        ddp(torch.ones(3, 4, device=device) * (rank + 1)).sum().backward()
+        if device == "cpu":
+            cpu_grad = model.used.weight.grad
+        else:
+            torch.testing.assert_close(model.used.weight.grad.cpu(), cpu_grad)
+            assert model.unused.weight.grad is None
 
     # Compiled DDP (Dynamo's DDPOptimizer splits graphs at bucket boundaries).
     torch.manual_seed(1)
@@ -315,3 +370,31 @@ def test_work_completing_while_the_interpreter_finalises():
             for p in ranks:
                 p.kill()
     assert codes == [0, 0]
+
+
+def _fsdp2(rank):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    losses = {}
+    for device in ("cpu", "vtpu"):
+        mesh = init_device_mesh(device, (WORLD,))
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(device)
+        for layer in (model[0], model[2], model):
+            fully_shard(layer, mesh=mesh)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+        for step in range(3):
+            x = torch.randn(4, 8, generator=torch.Generator().manual_seed(10 * step + rank)).to(device)
+            loss = model(x).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        losses[device] = loss.detach().cpu()
+    torch.testing.assert_close(losses["vtpu"], losses["cpu"], rtol=1e-5, atol=1e-7)
+
+
+def test_fsdp2_matches_cpu():
+    """fully_shard (FSDP2): sharded parameters all-gathered for compute and gradients
+    reduce-scattered, on vtpu as on the CPU."""
+    _run_ranks(_fsdp2)

@@ -1,4 +1,5 @@
 #include "generated_lowering.h"
+#include "iterator_layout.h"
 
 #include <ATen/ATen.h>
 #include <ATen/ops/_embedding_bag_backward_native.h>
@@ -512,15 +513,8 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
     else return false;
   }
   if (lowering.accepts && !lowering.accepts(operands)) return false;
-  // TensorIterator's layout for a fresh result of `sizes`, simplified: the
-  // strides of the first operand of that shape when it is dense (so
-  // channels-last or transposed inputs give such a result), else row-major.
-  auto fresh_strides = [&](c10::IntArrayRef sizes) -> std::optional<std::vector<std::int64_t>> {
-    for (const at::Tensor& t : operands)
-      if (t.device().type() == kVtpu && t.sizes().equals(sizes))
-        return t.is_non_overlapping_and_dense() ? std::optional(t.strides().vec()) : std::nullopt;
-    return std::nullopt;
-  };
+  // TensorIterator's layout for a fresh result of `sizes` (iterator_layout.h).
+  auto fresh_strides = [&](c10::IntArrayRef sizes) { return iterator_output_strides(operands, sizes); };
   at::Tensor out;
   RestoreSizedOut restore_out;
   switch (lowering.result) {
@@ -536,15 +530,13 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
         if (c10::multiply_integers(sizes) != 0) {
           restore_out.remember(out);
           out.resize_(sizes);
-          if (const auto strides = fresh_strides(sizes)) out.as_strided_(sizes, *strides);
+          out.as_strided_(sizes, fresh_strides(sizes));
         }
       }
       break;
     case Lowering::Result::kFresh: {
       if (operands[0].device().type() != kVtpu) return false;
-      const auto strides = fresh_strides(operands[0].sizes());
-      out = strides ? empty_device_strided(operands[0].sizes(), *strides, operands[0].scalar_type())
-                    : empty_device(operands[0].sizes(), operands[0].scalar_type());
+      out = empty_device_strided(operands[0].sizes(), fresh_strides(operands[0].sizes()), operands[0].scalar_type());
       break;
     }
     case Lowering::Result::kFreshBroadcast: {
@@ -554,9 +546,7 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
       at::native::ResultTypeState state{};
       for (std::size_t i = static_cast<std::size_t>(lowering.promote_from); i < operands.size(); ++i)
         state = at::native::update_result_type_state(operands[i], state);
-      const auto strides = fresh_strides(sizes);
-      out = strides ? empty_device_strided(sizes, *strides, at::native::result_type(state))
-                    : empty_device(sizes, at::native::result_type(state));
+      out = empty_device_strided(sizes, fresh_strides(sizes), at::native::result_type(state));
       break;
     }
     case Lowering::Result::kInPlace:

@@ -937,3 +937,69 @@ def test_random_ops_inside_a_compiled_checkpoint_replay_their_rng_state():
     assert torch.equal(results[0][0], results[1][0])
     assert torch.equal(results[0][1], results[1][1])
     assert (results[0][0] == 0).any()  # dropout did drop
+
+
+def test_in_place_on_a_transposed_column_then_views():
+    """Found by fuzzing: AOTAutograd writes an in-place op on a column of a transposed
+    tensor as where(eq[7,1], expanded[7,3], transposed[7,3]) and replays later views on its
+    result with the CPU's strides; vtpu's where allocated it row-major, so an as_strided view
+    read the wrong elements and view(-1) raised."""
+
+    def strided_view(a):
+        t = a * 2
+        view = t.as_strided((4,), (2,), 1)
+        t.t().select(0, 1).neg_()
+        return view * 1
+
+    def flat_input_view(a):
+        a.t().select(0, 1).div_(2)
+        return a.view(-1)[:2] * 1
+
+    for fn in (strided_view, flat_input_view):
+        x = torch.arange(21.0).reshape(3, 7)
+        expected = fn(x.clone())
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend="vtpu")(x.clone().to("vtpu"))
+        assert torch.equal(got.cpu(), expected), fn.__name__
+
+
+def test_as_strided_view_of_an_offset_input_after_a_select_update_with_dynamic_shapes():
+    """Found by fuzzing: with a size change (dynamic shapes), AOTAutograd replayed an
+    as_strided view of a graph input with a storage offset on the result of the core
+    decomposition of select_scatter at the wrong place (an upstream bug, also on the CPU with
+    the core table); select_scatter now stays whole."""
+
+    def fn(a):
+        view = a.as_strided((2,), (1,), a.storage_offset())
+        a.select(1, 0).neg_()
+        return view.sin()
+
+    compiled = torch.compile(fn, backend="vtpu")
+    for rows in (4, 4, 5):
+        base = torch.arange(rows * rows + 3, dtype=torch.float32) / 10
+        on_device = base.to("vtpu")
+        expected = fn(base.as_strided((rows, rows), (rows, 1), 2))
+        got = compiled(on_device.as_strided((rows, rows), (rows, 1), 2))
+        assert torch.equal(got.cpu(), expected), rows
+        assert torch.equal(on_device.cpu(), base), rows
+
+
+def test_aliased_inputs_with_a_mutation_and_dynamic_shapes_compile():
+    """Found by fuzzing: two inputs viewing one tensor (x, x[1:]), one mutated, with symbolic
+    sizes: the schedule compared a symbolic element count, which asked Dynamo for a guard on
+    the aliased inputs' synthetic base, a symbol without a source (compilation failed with an
+    IndexError or "sources must not be empty")."""
+
+    def fn(a, b):
+        a.relu_()
+        return b.clone()
+
+    for dynamic in (None, True):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="vtpu", dynamic=dynamic)
+        for n in (6, 6, 9):
+            x = torch.randn(n, 5)
+            on_device = x.to("vtpu")
+            expected = fn(x, x[1:])
+            got = compiled(on_device, on_device[1:])
+            assert torch.equal(got.cpu(), expected) and torch.equal(on_device.cpu(), x), (dynamic, n)

@@ -113,3 +113,52 @@ def test_channels_last_reductions_run_in_memory_order_and_match_cpu(name):
         results[mode] = got.cpu()
     assert torch.equal(results["strict"], results["debug"]) and torch.equal(results["fused"], results["debug"])
     torch.testing.assert_close(y5.to("vtpu").sum((0, 2, 3, 4)).cpu(), y5.sum((0, 2, 3, 4)), rtol=1e-5, atol=1e-5)
+
+
+def _mixed_layouts(device):
+    """Operands broadcasting to (7, 3) or (2, 7, 3), in layouts TensorIterator orders
+    differently, made by the same views on `device` (a copy to another device does not
+    keep an expanded or sliced layout)."""
+    g = torch.Generator().manual_seed(1)
+    r = lambda *s: torch.randn(*s, generator=g).to(device)  # noqa: E731
+    return {
+        "contiguous": r(7, 3),
+        "transposed": r(3, 7).t(),
+        "expanded_row": r(1, 3).expand(7, 3),
+        "column": r(7, 1),
+        "row": r(3),
+        "strided_slice": r(7, 6)[:, ::2],
+        "transposed_slice": r(6, 7).t()[:, ::2],
+        "batched_permuted": r(3, 2, 7).permute(1, 2, 0),
+        "size_one_dims": r(7, 1, 3)[:, 0, :],
+        "scalar": torch.tensor(0.5).to(device),
+    }
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_mixed_layouts_give_the_cpus_strides(mode):
+    """Found by fuzzing compiled mode: where(cond[7,1], expanded[7,3], transposed[7,3]) came
+    back row-major where TensorIterator gives the transposed layout (the first operand of the
+    result's shape, expanded, decided), and AOTAutograd's as_strided replays on such a result
+    read the wrong elements. Every pair and triple of these layouts gives the CPU's strides."""
+    mismatches = []
+    with torch_vtpu.mode(mode):
+        cpu, dev = _mixed_layouts("cpu"), _mixed_layouts("vtpu")
+        names = sorted(cpu)
+        for a in names:
+            assert dev[a].stride() == cpu[a].stride()
+            got, expected = torch.relu(dev[a]), torch.relu(cpu[a])
+            if got.stride() != expected.stride():
+                mismatches.append(("relu", a, expected.stride(), got.stride()))
+            for b in names:
+                for c in ("column", "transposed", "expanded_row", "scalar"):
+                    expected = torch.where(cpu[c] > 0, cpu[a], cpu[b])
+                    got = torch.where(dev[c] > 0, dev[a], dev[b])
+                    if got.stride() != expected.stride():
+                        mismatches.append(("where", c, a, b, expected.stride(), got.stride()))
+                    assert torch.equal(got.cpu(), expected)
+                expected, got = cpu[a] + cpu[b], dev[a] + dev[b]
+                if got.stride() != expected.stride():
+                    mismatches.append(("add", a, b, expected.stride(), got.stride()))
+        torch.vtpu.synchronize()
+    assert not mismatches, mismatches[:10]

@@ -345,7 +345,16 @@ _CHAIN_END_MIN_ELEMENTS = 4096
 
 def _numel(node: fx.Node) -> int:
     value = node.meta.get("val")
-    return value.numel() if isinstance(value, torch.Tensor) else 0
+    if not isinstance(value, torch.Tensor):
+        return 0
+    numel = value.numel()
+    if isinstance(numel, int):
+        return numel
+    # A symbolic size: comparing it would add a guard, one Dynamo cannot even build for a
+    # symbol without a source (the synthetic base of aliased inputs: compilation failed).
+    # Its example value guides the choice instead; chain ends never change results.
+    hint = getattr(getattr(numel, "node", None), "hint", None)
+    return hint if isinstance(hint, int) else 0
 
 
 def chain_ends(order: List[fx.Node]) -> List[int]:

@@ -144,6 +144,38 @@ def _forward(name: str):
     return collective
 
 
+def _as_stacked(flat: torch.Tensor, part: torch.Tensor, world: int) -> torch.Tensor:
+    """`flat` viewed as `world` copies of `part` stacked along dim 0, when it holds exactly
+    that many elements and is contiguous. NCCL takes any shape of the right size (SyncBatchNorm
+    gathers into a [1, world * n] tensor); Gloo checks the stacked shape."""
+    if flat.numel() != part.numel() * world or not flat.is_contiguous():
+        return flat
+    shape = (world * part.shape[0], *part.shape[1:]) if part.dim() > 0 else (world,)
+    return flat.view(shape)
+
+
+def _gather_into_tensor(name: str):
+    def collective(self, output, input, *rest):
+        call = _Call((output, input))
+        out, inp = call.args
+        return call.work(self._gloo._allgather_base(_as_stacked(out, inp, self.size()), inp, *rest))
+
+    collective.__name__ = name
+    collective.__doc__ = "Gloo's _allgather_base, taking an output of any shape with the gathered size, as NCCL."
+    return collective
+
+
+def _reduce_scatter_tensor(name: str):
+    def collective(self, output, input, *rest):
+        call = _Call((output, input))
+        out, inp = call.args
+        return call.work(self._gloo._reduce_scatter_base(out, _as_stacked(inp, out, self.size()), *rest))
+
+    collective.__name__ = name
+    collective.__doc__ = "Gloo's _reduce_scatter_base, taking an input of any shape with the scattered size, as NCCL."
+    return collective
+
+
 def _coalesced(name: str, single: str):
     """Gloo's backend has coalesced single-tensor gathers and scatters, its Python binding
     does not: one `single` call per pair of tensors, in order on every rank."""
@@ -196,13 +228,13 @@ class ProcessGroupVtpu(dist.ProcessGroup):
     reduce = _forward("reduce")
     allgather = _forward("allgather")
     allgather_coalesced = _forward("allgather_coalesced")
-    all_gather_single = _forward("_allgather_base")
-    _allgather_base = _forward("_allgather_base")
+    all_gather_single = _gather_into_tensor("all_gather_single")
+    _allgather_base = _gather_into_tensor("_allgather_base")
     gather = _forward("gather")
     scatter = _forward("scatter")
     reduce_scatter = _forward("reduce_scatter")
-    reduce_scatter_single = _forward("_reduce_scatter_base")
-    _reduce_scatter_base = _forward("_reduce_scatter_base")
+    reduce_scatter_single = _reduce_scatter_tensor("reduce_scatter_single")
+    _reduce_scatter_base = _reduce_scatter_tensor("_reduce_scatter_base")
     alltoall = _forward("alltoall")
     all_to_all_single = _forward("alltoall_base")
     alltoall_base = _forward("alltoall_base")

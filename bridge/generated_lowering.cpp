@@ -103,7 +103,24 @@ const std::unordered_map<std::string, Lowering>& table() {
         {"sigmoid_backward.grad_input", OpKind::SigmoidBackward},
         {"tanh_backward.grad_input", OpKind::TanhBackward},
         {"silu_backward.grad_input", OpKind::SiluBackward}};
-    for (const auto& [name, kind] : binary) t->emplace(std::string("aten::") + name, Lowering{kind, {0, 1}, none});
+    // silu_backward's CPU kernel promotes mixed dtypes itself and has no integer kernel:
+    // only one floating dtype is generated (a float16 grad with an int32 input came back
+    // float32, integers computed where the CPU raises).
+    const auto one_floating_dtype = [](const std::vector<at::Tensor>& operands) {
+      for (const at::Tensor& t : operands)
+        if (!at::isFloatingType(t.scalar_type()) || t.scalar_type() != operands[0].scalar_type()) return false;
+      return true;
+    };
+    for (const auto& [name, kind] : binary)
+      t->emplace(std::string("aten::") + name,
+                 Lowering{kind, {0, 1}, none, false, Lowering::Result::kOutArgument, 0,
+                          kind == OpKind::SiluBackward
+                              ? std::function<bool(const std::vector<at::Tensor>&)>(one_floating_dtype)
+                              : nullptr});
+    // The functional form too (vtpu registers it: ATen's composite computed odd dtypes
+    // its own way); other dtypes go to ATen's kernel on the host-kernel path.
+    t->emplace("aten::silu_backward", Lowering{OpKind::SiluBackward, {0, 1}, none, false,
+                                                Lowering::Result::kFreshBroadcast, 0, one_floating_dtype});
     t->emplace("aten::add.out", Lowering{OpKind::Add, {0, 1}, alpha_at_2});
     t->emplace("aten::sub.out", Lowering{OpKind::Sub, {0, 1}, alpha_at_2});
     t->emplace("aten::threshold_backward.grad_input", Lowering{OpKind::ThresholdBackward, {0, 1}, threshold_at_2});

@@ -651,6 +651,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                            "smooth_l1_loss", "huber_loss", "conj_physical_", "addr.out"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
   }
+  // CompositeImplicitAutograd kernels that read tensor memory through raw
+  // pointers. Device memory is host memory, so on vtpu they read it at once,
+  // before queued work has written it (stale or garbage values, found by
+  // review); on the host-kernel path they run in stream order.
+  for (const char* name : {"_saturate_weight_to_fp16", "choose_qparams_optimized", "fbgemm_linear_quantize_weight"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
+  }
+  // silu_backward has a CPU kernel and a CompositeImplicitAutograd formula for other
+  // backends, which computed mixed dtypes differently from the CPU (a float16 grad with an
+  // int32 input gave float32) and integers where the CPU raises; on vtpu it is one
+  // generated kernel for one floating dtype and ATen's CPU kernel otherwise.
+  m.impl("silu_backward", torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
 }
 
 

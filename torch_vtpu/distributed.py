@@ -20,7 +20,9 @@ rank per call); its errors, raised at the call or by `wait()`, reach the caller 
 """
 from __future__ import annotations
 
+import atexit
 import datetime
+import gc
 
 import torch
 import torch.distributed as dist
@@ -247,8 +249,23 @@ class ProcessGroupVtpu(dist.ProcessGroup):
     recv_anysource = _forward("recv_anysource")
 
 
+_groups_created = 0
+
+
 def _create_process_group(store, rank: int, size: int, timeout: datetime.timedelta) -> ProcessGroupVtpu:
+    global _groups_created
+    _groups_created += 1
     return ProcessGroupVtpu(store, rank, size, timeout)
+
+
+def _free_destroyed_groups() -> None:
+    """At exit, before the interpreter finalises. A group `destroy_process_group` let go of
+    still owns its Gloo threads until the garbage collector frees it (c10d's Python wrapper
+    makes a reference cycle). Freed during finalisation, a Gloo thread still releasing a
+    finished work's tensors needs the GIL, which it cannot take then: the process aborts.
+    Collecting here joins those threads first."""
+    if _groups_created:
+        gc.collect()
 
 
 def register() -> None:
@@ -256,3 +273,4 @@ def register() -> None:
     if not dist.is_available() or BACKEND_NAME.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(BACKEND_NAME, _create_process_group, devices=["cpu", BACKEND_NAME])
+    atexit.register(_free_destroyed_groups)

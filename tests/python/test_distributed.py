@@ -6,6 +6,7 @@ CPU copies through a plain Gloo group (the same transport, so bitwise), and DDP 
 against CPU DDP over Gloo and across the eager modes.
 """
 import datetime
+import gc
 import os
 import subprocess
 import sys
@@ -31,6 +32,11 @@ def _entry(rank, fn, store_path, backend, args):
         fn(rank, *args)
     finally:
         dist.destroy_process_group()
+        # Gloo's threads drop a finished work's tensors after its waiter returns; a tensor
+        # with a Python object needs the GIL for that, which a thread cannot take once the
+        # interpreter finalises (the process aborts: stock torch with Gloo on the CPU has
+        # the same race at exit). Collecting the groups now joins those threads first.
+        gc.collect()
 
 
 def _run_ranks(fn, *args, backend="vtpu"):

@@ -306,3 +306,43 @@ def test_a_failing_out_call_leaves_its_out_tensor_untouched(mode):
         good = torch.empty(0, dtype=torch.float64, device=device)
         torch.maximum(a, zero, out=good)
         assert good.shape == (3,) and good.cpu().tolist() == [1.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_silu_backward_dtypes_follow_the_cpu(mode):
+    """Found by review: on vtpu silu_backward ran ATen's composite formula (the CPU has a
+    kernel of its own), which returned float32 for a float16 gradient with an int32 input,
+    rounded bfloat16 step by step (0.02 off) and computed integers where the CPU raises."""
+    A = torch.ops.aten
+    g16 = torch.tensor([1.0, 2.0, -3.0], dtype=torch.float16)
+    cases = [
+        (g16, torch.tensor([1, -2, 3], dtype=torch.int32)),
+        (g16, torch.tensor([0.5, -1.5, 2.0], dtype=torch.bfloat16)),
+        (torch.randn(257, dtype=torch.bfloat16), torch.randn(257, dtype=torch.bfloat16) * 4),
+    ]
+    with torch_vtpu.mode(mode):
+        for grad, x in cases:
+            expected = A.silu_backward(grad, x)
+            got = A.silu_backward(grad.to("vtpu"), x.to("vtpu")).cpu()
+            assert got.dtype == expected.dtype and torch.equal(got, expected), (grad.dtype, x.dtype)
+        i = torch.tensor([1, 0, 3])
+        with pytest.raises(NotImplementedError, match="silu_backward"):
+            A.silu_backward(i.to("vtpu"), i.to("vtpu")).cpu()
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_composites_reading_raw_memory_wait_for_queued_work(mode):
+    """Found by review: _saturate_weight_to_fp16 and choose_qparams_optimized are composites
+    that read tensor memory through raw pointers; on vtpu (device memory is host memory)
+    they read it before the queued op producing their input had run (values unclamped, or
+    another op's stale buffer)."""
+    A = torch.ops.aten
+    torch.manual_seed(0)
+    w = torch.randn(64, 64)
+    x = torch.randn(4096) * 3
+    with torch_vtpu.mode(mode):
+        saturated = A._saturate_weight_to_fp16(w.to("vtpu") * 1e6).cpu()
+        chosen = [t.cpu() for t in A.choose_qparams_optimized(x.to("vtpu") * 2, x.numel(), 200, 0.16, 8)]
+    assert torch.equal(saturated, A._saturate_weight_to_fp16(w * 1e6))
+    expected = A.choose_qparams_optimized(x * 2, x.numel(), 200, 0.16, 8)
+    assert all(torch.equal(g, e) for g, e in zip(chosen, expected))

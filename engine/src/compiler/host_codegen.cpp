@@ -89,8 +89,9 @@ namespace {
 // The type arithmetic is done in (torch's opmath type).
 const char* compute_type_name(DType t) { return storage_type(ir::compute_type(t)); }
 
-// Helpers every kernel shares: half conversions with round-to-nearest-even,
-// and the few math functions whose torch semantics differ from <cmath>'s.
+// Helpers of the host's kernels only: 16-bit float conversions with
+// round-to-nearest-even, the optimisation barrier, and the lane reductions.
+// The helpers every target shares follow them (kernel_helpers.cpp).
 constexpr const char* kPrelude = R"PRELUDE(
 #include <algorithm>
 #include <cmath>
@@ -108,45 +109,12 @@ static inline vtpu_bf16 vtpu_to_bf16(float f) {
 static inline float vtpu_load(vtpu_half v) { _Float16 h; std::memcpy(&h, &v.bits, 2); return (float)h; }
 static inline vtpu_half vtpu_to_half(float f) { _Float16 h = (_Float16)f; vtpu_half r; std::memcpy(&r.bits, &h, 2); return r; }
 template <typename T> static inline T vtpu_load(T v) { return v; }
-template <typename To> struct vtpu_store_t { template <typename From> static To of(From v) { return (To)v; } };
-template <> struct vtpu_store_t<vtpu_bf16> { template <typename From> static vtpu_bf16 of(From v) { return vtpu_to_bf16((float)v); } };
-template <> struct vtpu_store_t<vtpu_half> { template <typename From> static vtpu_half of(From v) { return vtpu_to_half((float)v); } };
-template <> struct vtpu_store_t<bool> { template <typename From> static bool of(From v) { return v != From(0); } };
-template <typename T> static inline T vtpu_max(T a, T b) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; if (b != b) return b; } return a > b ? a : b; }
-template <typename T> static inline T vtpu_min(T a, T b) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; if (b != b) return b; } return a < b ? a : b; }
-// relu(-0.0) is -0.0 and relu(NaN) NaN, as ATen's clamp_min(x, 0) gives.
-template <typename T> static inline T vtpu_relu(T a) { return a < T(0) ? T(0) : a; }
-// A float converted to an integer type as x86's truncating conversion does it
-// (what ATen's CPU kernels get): through 32 bits for types up to 32 bits
-// (64 for uint32, as GCC converts it), through 64 bits for the 64-bit types;
-// NaN and values out of that range give the minimum of that width, which the
-// narrowing then wraps. A plain static_cast is undefined there, and GCC folded
-// float -> int -> float into a trunc inside one fused kernel (fused mode gave
-// -1.0 for uint8(-1.5) read back as a float; strict, storing it, 255).
 // The value unchanged, its origin hidden from the optimiser (see
 // cast_from_floating in host_codegen.cpp).
 template <typename T> static inline T vtpu_opaque(T v) {
   __asm__("" : "+r"(v));
   return v;
 }
-template <typename To, typename From> static inline To vtpu_float_to_int(From x) {
-  const double d = static_cast<double>(x);
-  if constexpr (sizeof(To) == 8) {
-    if constexpr (std::is_unsigned_v<To>) {
-      if (d >= 9223372036854775808.0 && d < 18446744073709551616.0)
-        return static_cast<To>(static_cast<uint64_t>(static_cast<int64_t>(d - 9223372036854775808.0)) ^ (uint64_t(1) << 63));
-    }
-    const int64_t w = (d >= -9223372036854775808.0 && d < 9223372036854775808.0) ? static_cast<int64_t>(d) : INT64_MIN;
-    return static_cast<To>(w);
-  } else if constexpr (sizeof(To) == 4 && std::is_unsigned_v<To>) {
-    const int64_t w = (d >= -9223372036854775808.0 && d < 9223372036854775808.0) ? static_cast<int64_t>(d) : INT64_MIN;
-    return static_cast<To>(w);
-  } else {
-    const int32_t w = (d > -2147483649.0 && d < 2147483648.0) ? static_cast<int32_t>(d) : INT32_MIN;
-    return static_cast<To>(w);
-  }
-}
-template <typename T> static inline T vtpu_sign(T a) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return T(0); } return T((T(0) < a) - (a < T(0))); }
 // A reduction of value(0..n-1) in a fixed order that vectorises: element i
 // goes to lane i % 16, then lanes are combined pairwise. `init` must be the
 // combine's identity (the partial last group is padded with it). The order
@@ -188,70 +156,7 @@ static inline T vtpu_lanes_reduce_ivdep(int64_t n, T init, Value value, Combine 
     for (int l = 0; l < w; ++l) lanes[l] = combine(lanes[l], lanes[l + w]);
   return lanes[0];
 }
-template <typename T> static inline T vtpu_floor_div(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) { return std::floor(a / b); }
-  else { T q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) --q; return q; }
-}
-template <typename T> static inline T vtpu_remainder(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) { T r = std::fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
-  else { T r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
-}
-template <typename T> static inline T vtpu_fmod(T a, T b) { if constexpr (std::is_floating_point_v<T>) return std::fmod(a, b); else return a % b; }
-// Integer powers are exact (squaring, wrapping like torch); negative exponents
-// give 0 except for bases 1 and -1, as in ATen's integer pow.
-// Floating powers take ATen's CPU shortcuts for the common exponents (x for 1,
-// x*x for 2, sqrt for 0.5, ...): the same bits as ATen, and several times faster than
-// std::pow; the exponent is loop-invariant, so the compiler unswitches the loop.
-template <typename T> static inline T vtpu_pow(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (b == T(1)) return a;  // ATen copies the base for 1 and fills 1 for 0
-    if (b == T(0)) return T(1);
-    if (b == T(2)) return a * a;
-    if (b == T(0.5)) return std::sqrt(a);
-    if (b == T(3)) return a * a * a;
-    if (b == T(-0.5)) return T(1) / std::sqrt(a);
-    if (b == T(-1)) return T(1) / a;
-    if (b == T(-2)) return T(1) / (a * a);
-    return std::pow(a, b);
-  }
-  else {
-    if (b < 0) { if (a == 1) return 1; if (a == -1) return ((-b) % 2) ? T(-1) : T(1); return 0; }
-    using U = std::make_unsigned_t<T>;
-    U result = 1, base = static_cast<U>(a);
-    for (T e = b; e > 0; e >>= 1) { if (e & 1) result *= base; base *= base; }
-    return static_cast<T>(result);
-  }
-}
-// bfloat16's pow by 3 and by -2 rounds x * x to bfloat16 before the third
-// factor or the reciprocal, as ATen's reduced-float kernel computes them in
-// bfloat16 arithmetic (float16's computes in float, as vtpu_pow does).
-static inline float vtpu_pow_bf16(float a, float b) {
-  if (b == 3.0f) return vtpu_load(vtpu_to_bf16(a * a)) * a;
-  if (b == -2.0f) return 1.0f / vtpu_load(vtpu_to_bf16(a * a));
-  return vtpu_pow(a, b);
-}
-// float16's pow by 0.5 and -0.5 is pow itself in ATen (its other shortcuts
-// are float's): pow(-inf, 0.5) is inf, pow(-0.0, -0.5) +inf.
-static inline float vtpu_pow_half(float a, float b) {
-  if (b == 0.5f || b == -0.5f) return std::pow(a, b);
-  return vtpu_pow(a, b);
-}
-template <typename T> static inline T vtpu_pow_tensor(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) return std::pow(a, b);
-  else return vtpu_pow(a, b);
-}
 )PRELUDE";
-
-std::string number(double v) {
-  std::ostringstream out;
-  out.precision(17);
-  out << v;
-  std::string s = out.str();
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  if (s == "inf") return "INFINITY";
-  if (s == "-inf") return "-INFINITY";
-  return s;
-}
 
 class Emitter {
  public:
@@ -629,8 +534,8 @@ class Emitter {
         if (!floating && ir::is_floating(node.type.dtype) && cast_from_floating(node.inputs[0]))
           return "vtpu_opaque(" + a + ")";
         return a;
-      case OpKind::Neg: return "-" + a;
-      case OpKind::Abs: return floating ? "std::fabs(" + a + ")" : "(" + a + " < 0 ? -" + a + " : " + a + ")";
+      case OpKind::Neg: return floating ? "-" + a : "vtpu_wrap_neg(" + a + ")";
+      case OpKind::Abs: return floating ? "std::fabs(" + a + ")" : "(" + a + " < 0 ? vtpu_wrap_neg(" + a + ") : " + a + ")";
       case OpKind::Exp: return "vtpu_exp(" + a + ")";
       case OpKind::Exp2: return "std::exp2(" + a + ")";
       case OpKind::Log: return "vtpu_log(" + a + ")";
@@ -680,10 +585,14 @@ class Emitter {
         const bool single_rounding = node.common_dtype == DType::kFloat32 || node.common_dtype == DType::kFloat64;
         if (has_runtime_scalar(node) && single_rounding)
           return "std::fma(" + std::string(node.op == OpKind::Add ? "" : "-") + alpha + ", " + b + ", " + a + ")";
+        if (!floating) {  // integers wrap (vtpu_wrap_add in kernel_helpers.cpp)
+          const std::string scaled = has_runtime_scalar(node) ? "vtpu_wrap_mul(" + alpha + ", " + b + ")" : b;
+          return std::string(node.op == OpKind::Add ? "vtpu_wrap_add(" : "vtpu_wrap_sub(") + a + ", " + scaled + ")";
+        }
         const std::string scaled = has_runtime_scalar(node) ? "(" + alpha + " * " + b + ")" : b;
         return a + (node.op == OpKind::Add ? " + " : " - ") + scaled;
       }
-      case OpKind::Mul: return a + " * " + b;
+      case OpKind::Mul: return floating ? a + " * " + b : "vtpu_wrap_mul(" + a + ", " + b + ")";
       case OpKind::Div: {
         const std::string mode = node.attrs.get_string("rounding_mode", "");
         if (mode == "trunc") return floating ? "std::trunc(" + a + " / " + b + ")" : a + " / " + b;
@@ -739,6 +648,8 @@ class Emitter {
       case OpKind::Addcmul:
       case OpKind::Addcdiv: {
         const std::string v = has_runtime_scalar(node) ? runtime_scalar(id) : "1.0";
+        if (!floating && node.op == OpKind::Addcmul)
+          return "vtpu_wrap_add(" + a + ", vtpu_wrap_mul(vtpu_wrap_mul(" + T + "(" + v + "), " + b + "), " + c + "))";
         return a + " + " + T + "(" + v + ") * " + b + (node.op == OpKind::Addcmul ? " * " : " / ") + c;
       }
       case OpKind::MaskedFill: return "(" + as(node.inputs[1], "bool") + " ? " + c + " : " + a + ")";
@@ -821,7 +732,8 @@ GeneratedKernel generate_norm_param_grad_kernel(const ir::Graph& graph, const st
 }
 
 std::string host_translation_unit(const std::vector<GeneratedKernel>& kernels) {
-  std::string source = std::string(kLaunchAbiSource) + detail::kKernelMathSource + kPrelude;
+  std::string source =
+      std::string(kLaunchAbiSource) + detail::kKernelMathSource + kPrelude + detail::kPortableHelpersSource;
   for (const auto& kernel : kernels) source += kernel.source;
   return source;
 }

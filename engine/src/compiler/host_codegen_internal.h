@@ -13,6 +13,10 @@ namespace vtpu::compiler::detail {
 // The text of kernel_math.h (vectorisable float math), embedded by CMake.
 extern const char* const kKernelMathSource;
 
+// The helpers generated kernels of every target share (kernel_helpers.cpp);
+// each target's prelude defines the 16-bit float types and conversions first.
+extern const char* const kPortableHelpersSource;
+
 // Storage type of a dtype in generated code (16-bit floats are raw bits).
 const char* storage_type(ir::DType t);
 

@@ -28,10 +28,17 @@
 #include <cmath>
 #include <cstdint>
 
-static inline float vtpu_f32_from_bits(uint32_t u) { return __builtin_bit_cast(float, u); }
-static inline uint32_t vtpu_f32_bits(float f) { return __builtin_bit_cast(uint32_t, f); }
+// Empty for the host; the cuda target's kernels define it as __device__ so
+// that its kernels compute these functions with the same operations, and so
+// the same bits, as the host's (engine/src/compiler/cuda_codegen.cpp).
+#ifndef VTPU_KERNEL_FN
+#define VTPU_KERNEL_FN
+#endif
 
-static inline float vtpu_exp(float x) {
+static inline VTPU_KERNEL_FN float vtpu_f32_from_bits(uint32_t u) { return __builtin_bit_cast(float, u); }
+static inline VTPU_KERNEL_FN uint32_t vtpu_f32_bits(float f) { return __builtin_bit_cast(uint32_t, f); }
+
+static inline VTPU_KERNEL_FN float vtpu_exp(float x) {
   // Clamp first (NaN goes to the low end; it is restored at the end) so that
   // n stays in [-150, 129] and the integer conversions are defined.
   float xc = x > -104.0f ? x : -104.0f;
@@ -55,7 +62,7 @@ static inline float vtpu_exp(float x) {
   return x != x ? x : scaled;
 }
 
-static inline float vtpu_log(float x) {
+static inline VTPU_KERNEL_FN float vtpu_log(float x) {
   // Subnormal inputs are scaled into the normal range first.
   const bool subnormal = x < 1.17549435e-38f;
   const float xs = subnormal ? x * 8388608.0f : x;
@@ -87,11 +94,11 @@ static inline float vtpu_log(float x) {
   return x != x ? x : result;
 }
 
-static inline float vtpu_copysign_of(float magnitude, float sign_source) {
+static inline VTPU_KERNEL_FN float vtpu_copysign_of(float magnitude, float sign_source) {
   return vtpu_f32_from_bits((vtpu_f32_bits(magnitude) & 0x7fffffffu) | (vtpu_f32_bits(sign_source) & 0x80000000u));
 }
 
-static inline float vtpu_tanh(float x) {
+static inline VTPU_KERNEL_FN float vtpu_tanh(float x) {
   const float a = vtpu_f32_from_bits(vtpu_f32_bits(x) & 0x7fffffffu);
   const float s = x * x;
   float p = -5.70498872745e-3f;
@@ -109,12 +116,12 @@ static inline float vtpu_tanh(float x) {
 // two NaN operands a product returns is the compiler's choice (it may commute
 // x * sigmoid(x)), so silu(NaN) took either sign depending on the kernel it
 // was fused into (fused and strict differed in the sign bit).
-static inline float vtpu_sigmoid(float x) {
+static inline VTPU_KERNEL_FN float vtpu_sigmoid(float x) {
   const float s = 1.0f / (1.0f + vtpu_exp(-x));
   return x != x ? x : s;
 }
 
-static inline float vtpu_erf(float x) {
+static inline VTPU_KERNEL_FN float vtpu_erf(float x) {
   const float s = x * x;
   float p = -6.04715129489755e-4f;
   p = std::fma(p, s, 5.005624409689818e-3f);
@@ -140,11 +147,11 @@ static inline float vtpu_erf(float x) {
 }
 
 // Double precision and anything else: the C library.
-template <typename T> static inline T vtpu_exp(T x) { return std::exp(x); }
-template <typename T> static inline T vtpu_log(T x) { return std::log(x); }
-template <typename T> static inline T vtpu_tanh(T x) { return std::tanh(x); }
-template <typename T> static inline T vtpu_erf(T x) { return std::erf(x); }
-template <typename T> static inline T vtpu_sigmoid(T x) {
+template <typename T> static inline VTPU_KERNEL_FN T vtpu_exp(T x) { return std::exp(x); }
+template <typename T> static inline VTPU_KERNEL_FN T vtpu_log(T x) { return std::log(x); }
+template <typename T> static inline VTPU_KERNEL_FN T vtpu_tanh(T x) { return std::tanh(x); }
+template <typename T> static inline VTPU_KERNEL_FN T vtpu_erf(T x) { return std::erf(x); }
+template <typename T> static inline VTPU_KERNEL_FN T vtpu_sigmoid(T x) {
   const T s = T(1) / (T(1) + std::exp(-x));
   return x != x ? x : s;  // a NaN keeps its sign (see the float version)
 }

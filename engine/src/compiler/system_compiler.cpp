@@ -1,85 +1,19 @@
 #include "vtpu/compiler/system_compiler.h"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 
+#include "subprocess.h"
 #include "vtpu/runtime/error.h"
 
-extern char** environ;
-
 namespace vtpu::compiler {
-namespace {
 
+using detail::read_text;
+using detail::ScratchDir;
 using runtime::Error;
 using runtime::ErrorKind;
-
-// A private scratch directory, removed with everything in it on scope exit.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "vtpu-cc-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr)
-      throw Error(ErrorKind::kRuntime, "[compiler] cannot create a temporary directory");
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
-// How a compiler run ended: its exit status, or why there is none.
-struct RunResult {
-  int exit_status = -1;  // -1: no normal exit (see why)
-  std::string why;       // spawn or wait errno, or the signal that ended it
-  bool exited_normally() const { return exit_status >= 0; }
-};
-
-// Runs argv with stdout+stderr sent to `log`.
-RunResult run(const std::vector<std::string>& argv, const std::filesystem::path& log) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int spawned = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (spawned != 0) return {-1, "could not start it: " + std::string(std::strerror(spawned))};
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) return {-1, "could not wait for it: " + std::string(std::strerror(errno))};
-  }
-  if (WIFEXITED(status)) return {WEXITSTATUS(status), ""};
-  if (WIFSIGNALED(status)) return {-1, "killed by signal " + std::to_string(WTERMSIG(status))};
-  return {-1, "ended with wait status " + std::to_string(status)};
-}
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-}  // namespace
 
 SystemCompiler::SystemCompiler() : SystemCompiler([] {
   const char* env = std::getenv("VTPU_CXX");
@@ -112,7 +46,7 @@ SystemCompiler::SystemCompiler(std::string executable) : executable_(std::move(e
 #endif
   ScratchDir scratch;
   const auto log = scratch.path() / "version.txt";
-  if (run({executable_, "--version"}, log).exit_status != 0)
+  if (detail::run_process({executable_, "--version"}, log).exit_status != 0)
     throw Error(ErrorKind::kRuntime, "[compiler] cannot run the kernel compiler '" + executable_ +
                                          "' (set VTPU_CXX to a working C++ compiler)");
   std::istringstream text(read_text(log));
@@ -124,24 +58,11 @@ std::vector<std::uint8_t> SystemCompiler::compile(const std::string& source) con
   const auto source_path = scratch.path() / "kernel.cpp";
   const auto object_path = scratch.path() / "kernel.so";
   const auto log = scratch.path() / "log.txt";
-  {
-    std::ofstream out(source_path);
-    out << source;
-    if (!out) throw Error(ErrorKind::kRuntime, "[compiler] cannot write " + source_path.string());
-  }
+  detail::write_text(source_path, source);
   std::vector<std::string> argv = {executable_};
   argv.insert(argv.end(), flags_.begin(), flags_.end());
   argv.insert(argv.end(), {source_path.string(), "-o", object_path.string()});
-  RunResult result = run(argv, log);
-  // A run that did not exit (killed, or not started: a busy or short-of-memory
-  // machine) is tried once more; a compile error is not.
-  if (!result.exited_normally()) result = run(argv, log);
-  if (result.exit_status != 0) {
-    std::string diagnostics = read_text(log);
-    if (diagnostics.size() > 4000) diagnostics.resize(4000);
-    const std::string how = result.exited_normally() ? "exit status " + std::to_string(result.exit_status) : result.why;
-    throw Error(ErrorKind::kRuntime, "[compiler] " + executable_ + " failed (" + how + "):\n" + diagnostics);
-  }
+  detail::run_compiler(argv, log, executable_);
   std::ifstream in(object_path, std::ios::binary);
   return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), {});
 }

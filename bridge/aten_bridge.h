@@ -4,6 +4,8 @@
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <c10/core/Allocator.h>
 #include <c10/util/SmallVector.h>
 
@@ -86,5 +88,10 @@ void resize_storage_bytes(const c10::Storage& storage, std::size_t new_nbytes);
 namespace vtpu::bridge {
 // Test-only (torch_vtpu._C._debug_corrupt_next): the next host-kernel-path
 // kernel of `op` ("aten::mm") returns a wrong result; "" disarms.
+// Runs an op (its arguments on `stack`) on the host-kernel path, as the
+// PrivateUse1 fallback does: for kernels that handle some inputs themselves
+// and leave the rest to ATen's CPU kernel.
+void run_on_host_kernel_path_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 void debug_corrupt_next(const std::string& op);
 }  // namespace vtpu::bridge

@@ -625,6 +625,10 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
 
 }  // namespace
 
+void run_on_host_kernel_path_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  host_kernel_fallback(op, stack);
+}
+
 void debug_corrupt_next(const std::string& op) {
   std::lock_guard<std::mutex> lock(corrupt_mutex);
   corrupt_next_op = op;

@@ -17,6 +17,7 @@
 #include "generated_kernels.h"
 #include "vtpu/runtime/error.h"
 #include "vtpu/runtime/memory_size.h"
+#include "vtpu/targets/target.h"
 
 namespace py = pybind11;
 
@@ -132,6 +133,23 @@ PYBIND11_MODULE(_C, m) {
   // A compiled program's chain boundary (torch_vtpu/compiler/schedule.py).
   m.def("_end_fused_chain", [] { guarded([] { end_fused_chain(); }); });
   m.def("_get_mode", [] { return std::string(mode_name(DeviceContext::get().mode())); });
+  // The engine's targets (the hardware layer): (name, available, description
+  // or why not). Making the cuda target retains a GPU's context and builds a
+  // probe kernel, so this is for `python -m torch_vtpu info`, not hot paths.
+  m.def("_engine_targets", [] {
+    std::vector<std::tuple<std::string, bool, std::string>> targets;
+    for (const char* name : {"host", "cuda"}) {
+      std::string why;
+      std::unique_ptr<vtpu::targets::Target> target;
+      try {
+        target = vtpu::targets::make_target(name, &why);
+      } catch (const vtpu::runtime::Error& e) {
+        why = e.what();
+      }
+      targets.emplace_back(name, target != nullptr, target != nullptr ? target->description() : why);
+    }
+    return targets;
+  });
   m.def("_set_mode", [](const std::string& name) { guarded([&] {
     Mode mode;
     try {

@@ -60,6 +60,10 @@ def cmd_info(_: argparse.Namespace) -> int:
     print(f"device       vtpu (target: host CPU), count {torch.vtpu.device_count()}, "
           f"available {torch.vtpu.is_available()}")
     print(f"mode         {torch_vtpu.get_mode()}")
+    # The engine's hardware layer: the device runs on the host target; the
+    # cuda target runs engine kernels on a GPU where one is present.
+    for name, available, detail in torch_vtpu._C._engine_targets():
+        print(f"target {name:<5} {'available: ' if available else 'unavailable: '}{detail}")
     print(f"memory       {_format_bytes(free)} free of {_format_bytes(total)} "
           f"(allocated {_format_bytes(torch.vtpu.memory_allocated())})")
     print(f"cache dir    {cache_dir()}")

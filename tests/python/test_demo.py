@@ -66,6 +66,12 @@ def test_cli_info_in_process(capsys):
     assert torch_vtpu.__version__ in out and torch.__version__ in out
     assert f"mode         {torch_vtpu.get_mode()}" in out
     assert "host_fallback_ops" in out
+    # The engine's targets: the host always, cuda with its state and reason.
+    assert "target host  available: the host CPU" in out
+    cuda = [line for line in out.splitlines() if line.startswith("target cuda ")]
+    assert len(cuda) == 1 and (" available: " in cuda[0] or " unavailable: " in cuda[0]), out
+    if " unavailable: " in cuda[0]:
+        assert len(cuda[0].split("unavailable: ", 1)[1]) > 10  # says why
 
 
 def test_cli_info_subprocess():

@@ -346,3 +346,34 @@ def test_composites_reading_raw_memory_wait_for_queued_work(mode):
     assert torch.equal(saturated, A._saturate_weight_to_fp16(w * 1e6))
     expected = A.choose_qparams_optimized(x * 2, x.numel(), 200, 0.16, 8)
     assert all(torch.equal(g, e) for g, e in zip(chosen, expected))
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+def test_histc_of_integers_counts_as_cuda(mode, dtype):
+    """ATen's CPU histc takes floating types only; CUDA's (and now vtpu's) takes
+    integers, with int64 bin arithmetic and counts of the input's dtype. For
+    small integers its bins equal the float histogram of the same values."""
+    x = torch.randint(0, 40, (300,), dtype=dtype, generator=torch.Generator().manual_seed(5))
+    with torch_vtpu.mode(mode):
+        device = x.to("vtpu")
+        for bins, low, high in [(10, 0, 0), (7, 3, 31), (4, 39, 39), (5, 0, 39), (6, 10, 12), (3, 50, 60)]:
+            got = torch.histc(device, bins, low, high)
+            assert got.dtype == dtype
+            assert torch.equal(got.cpu(), torch.histc(x.float(), bins, low, high).to(dtype)), (bins, low, high)
+        # Constant data widens the range by one on each side; the top edge is the last bin.
+        assert torch.histc(torch.full((5,), 7, dtype=dtype, device="vtpu"), 3).tolist() == [0, 5, 0]
+        assert torch.histc(torch.tensor([0, 4], dtype=dtype, device="vtpu"), 4, 0, 4).tolist() == [1, 0, 0, 1]
+        assert torch.histc(torch.empty(0, dtype=dtype, device="vtpu"), 3).tolist() == [0, 0, 0]
+        out = torch.empty(1, dtype=dtype, device="vtpu")
+        torch.histc(device, 5, 0, 39, out=out)
+        assert out.shape == (5,) and torch.equal(out.cpu(), torch.histc(x.float(), 5, 0, 39).to(dtype))
+        with pytest.raises(RuntimeError, match="bins must be > 0"):
+            torch.histc(device, 0)
+        with pytest.raises(RuntimeError, match="max must be larger than min"):
+            torch.histc(device, 3, 9, 2)
+    # Floating inputs keep ATen's CPU kernel (the CPU's bits); bool is refused as on CUDA.
+    f = torch.randn(100, generator=torch.Generator().manual_seed(6))
+    assert torch.equal(torch.histc(f.to("vtpu"), 7).cpu(), torch.histc(f, 7))
+    with pytest.raises(NotImplementedError, match="not implemented for 'Bool'"):
+        torch.histc(torch.ones(3, dtype=torch.bool, device="vtpu"))

@@ -105,3 +105,24 @@ def test_qwen3_mini_matches_transformers(saved_model):
         expected = hf_model(ids).logits
         torch.testing.assert_close(mini(ids), expected)
         torch.testing.assert_close(mini.to("vtpu")(ids.to("vtpu")).cpu(), expected)
+
+
+def test_mixtral_default_experts_match_cpu(tmp_path):
+    """Mixture-of-experts layers count tokens per expert with ``torch.histc`` of an
+    int32 tensor on every device but the CPU and MPS (transformers'
+    grouped_mm experts): that raised on vtpu, whose histc ran only ATen's CPU
+    kernel (floating types). Found by a review of model families."""
+    torch.manual_seed(0)
+    config = transformers.MixtralConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2,
+        initializer_range=0.2)
+    transformers.MixtralForCausalLM(config).eval().save_pretrained(tmp_path)
+    cpu_model = transformers.MixtralForCausalLM.from_pretrained(tmp_path).eval()
+    model = transformers.MixtralForCausalLM.from_pretrained(tmp_path, device_map="vtpu").eval()
+    ids = _prompt()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids.to("vtpu")).logits.cpu(), cpu_model(ids).logits)
+        expected = cpu_model.generate(ids, max_new_tokens=6, do_sample=False)
+        actual = model.generate(ids.to("vtpu"), max_new_tokens=6, do_sample=False)
+    assert torch.equal(actual.cpu(), expected)

@@ -17,6 +17,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,8 @@
 #include <unordered_map>
 
 #include "call_site.h"
+
+#include <atomic>
 
 namespace vtpu::bridge {
 namespace detail {
@@ -199,6 +202,12 @@ void set_error_annotator(ErrorAnnotator a) { annotator() = a; }
 void rethrow_annotated(std::exception_ptr original, const std::string& op, const CallSite& site) {
   if (annotator() != nullptr) annotator()(original, op, site);
   std::rethrow_exception(original);
+}
+
+std::uint64_t current_thread_token() {
+  static std::atomic<std::uint64_t> next{1};
+  thread_local const std::uint64_t token = next.fetch_add(1, std::memory_order_relaxed);
+  return token;
 }
 
 }  // namespace vtpu::bridge

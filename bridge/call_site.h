@@ -7,6 +7,8 @@
 // a process-wide registry, so a recorded site never dangles.
 #pragma once
 
+#include <cstdint>
+
 #include <atomic>
 #include <exception>
 #include <optional>
@@ -61,13 +63,18 @@ std::string describe_call_site(const CallSite& site);
 // An error of a kernel that ran on the device stream, with what is needed to
 // name it later on the Python thread: the op and its call site.
 struct PendingOpError : std::exception {
-  PendingOpError(std::exception_ptr original, std::string op, CallSite site)
-      : original(std::move(original)), op(std::move(op)), site(site) {}
+  PendingOpError(std::exception_ptr original, std::string op, CallSite site, std::uint64_t issuer)
+      : original(std::move(original)), op(std::move(op)), site(site), issuer(issuer) {}
   const char* what() const noexcept override { return "vtpu: asynchronous kernel error"; }
   std::exception_ptr original;
   std::string op;
   CallSite site;
+  std::uint64_t issuer;  // current_thread_token() of the thread that issued the op
 };
+
+// A number naming the calling thread, never reused by another thread (native
+// thread ids are: a new thread may get an exited one's).
+std::uint64_t current_thread_token();
 
 // Rethrows `original` as the same exception type with the message
 // "[op] <message> (issued at file:line in fn)". Installed by the ATen side

@@ -127,6 +127,8 @@ DeviceContext::DeviceContext()
   // Before cached blocks return to the host, queued work that may still use
   // them (they were freed when their owner dropped them) must have run. On
   // the worker itself everything queued before the running task is done.
+  allocator_.set_stream_clock([this] { return allocator_stamp(); },
+                              [this](std::uint64_t stamp) { return allocator_idle(stamp); });
   allocator_.set_release_guard([this] {
     if (stream_->on_worker_thread()) return;
     // The pending window refers to freed blocks by address: run it first.
@@ -151,6 +153,38 @@ DeviceContext& DeviceContext::get() {
   // into the allocator after static destructors would have run.
   static DeviceContext* context = new DeviceContext();
   return *context;
+}
+
+namespace {
+// A stamp that names a window epoch rather than a stream count.
+constexpr std::uint64_t kEpochStamp = std::uint64_t{1} << 63;
+}  // namespace
+
+void DeviceContext::set_window_pending(bool pending) {
+  const bool was = window_pending_.load(std::memory_order_relaxed);
+  if (pending && !was) {
+    open_epoch_.store(++epochs_, std::memory_order_release);
+  } else if (!pending && was) {
+    // The epoch's work is on the stream now: record how far the stream's
+    // count reached, then close it (readers load the epoch first).
+    issued_at_close_.store(stream_->enqueued(), std::memory_order_release);
+    closed_epoch_.store(open_epoch_.load(std::memory_order_relaxed), std::memory_order_release);
+    open_epoch_.store(0, std::memory_order_release);
+  }
+  window_pending_.store(pending, std::memory_order_release);
+}
+
+std::uint64_t DeviceContext::allocator_stamp() const {
+  if (const std::uint64_t epoch = open_epoch_.load(std::memory_order_acquire); epoch != 0) return kEpochStamp | epoch;
+  return stream_->enqueued();
+}
+
+bool DeviceContext::allocator_idle(std::uint64_t stamp) const {
+  if ((stamp & kEpochStamp) != 0) {
+    if (closed_epoch_.load(std::memory_order_acquire) < (stamp & ~kEpochStamp)) return false;
+    return stream_->completed() >= issued_at_close_.load(std::memory_order_acquire);
+  }
+  return stream_->completed() >= stamp;
 }
 
 void DeviceContext::set_mode(Mode mode) {
@@ -204,6 +238,7 @@ void DeviceContext::enqueue_task(std::function<void()> kernel, std::string op) {
   const bool traced = device_trace_active();
   const std::uint64_t correlation = traced ? device_trace_correlation() : 0;
   if (mode() == Mode::kDebug) {
+    wait_for_queued_work();
     const auto start = std::chrono::steady_clock::now();
     const std::int64_t trace_start = traced ? device_trace_now_ns() : 0;
     try {
@@ -218,7 +253,8 @@ void DeviceContext::enqueue_task(std::function<void()> kernel, std::string op) {
   }
   // Naming the error needs the GIL (file and line of the site), which the
   // worker must not take: it is done at the synchronisation that raises it.
-  stream_->enqueue([this, kernel = std::move(kernel), op = std::move(op), site, kind, traced, correlation] {
+  const std::uint64_t issuer = current_thread_token();
+  stream_->enqueue([this, kernel = std::move(kernel), op = std::move(op), site, kind, traced, correlation, issuer] {
     const auto start = std::chrono::steady_clock::now();
     const std::int64_t trace_start = traced ? device_trace_now_ns() : 0;
     try {
@@ -226,11 +262,17 @@ void DeviceContext::enqueue_task(std::function<void()> kernel, std::string op) {
     } catch (...) {
       if (traced) record_device_activity(op, trace_start, device_trace_now_ns(), correlation);
       metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()), op);
-      throw PendingOpError(std::current_exception(), op, site);
+      throw PendingOpError(std::current_exception(), op, site, issuer);
     }
     if (traced) record_device_activity(op, trace_start, device_trace_now_ns(), correlation);
     metrics_.add_device_time(kind, static_cast<std::uint64_t>((std::chrono::steady_clock::now() - start).count()), op);
   });
+}
+
+void DeviceContext::wait_for_queued_work() {
+  if (stream_->on_worker_thread()) return;
+  if (const std::uint64_t queued = stream_->enqueued(); stream_->completed() < queued)
+    wait_blocking([&] { stream_->wait_for(queued); });
 }
 
 void DeviceContext::synchronize(const char* reason) {
@@ -253,12 +295,34 @@ void DeviceContext::wait_blocking(const std::function<void()>& wait) {
 
 void DeviceContext::raise_async_error() {
   issue_kept_warnings();
-  if (std::exception_ptr error = stream_->take_error()) {
-    try {
-      std::rethrow_exception(error);
-    } catch (const PendingOpError& pending) {
-      rethrow_annotated(pending.original, pending.op, pending.site);
+  const std::uint64_t me = current_thread_token();
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(owed_errors_mutex_);
+    if (auto it = owed_errors_.find(me); it != owed_errors_.end()) {
+      error = it->second;
+      owed_errors_.erase(it);
     }
+  }
+  if (!error) error = stream_->take_error();
+  if (!error) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const PendingOpError& pending) {
+    // Raised where the first synchronisation happens; when that is another
+    // Python thread, the Python thread that issued the op is owed it too (it
+    // would read what the failed kernel did not write, with no error: on
+    // CUDA every thread of the context sees it). Its next synchronisation
+    // raises it. Not between a Python thread and autograd's worker (no
+    // Python frames): an error autograd's thread takes reaches the caller of
+    // backward(), and one it issued is the backward caller's to see; owing
+    // it to the long-lived worker raised it again in a later, unrelated
+    // backward (found by the full suite).
+    if (pending.issuer != me && pending.site.has_frame() && capture_call_site().has_frame()) {
+      std::lock_guard<std::mutex> lock(owed_errors_mutex_);
+      owed_errors_.emplace(pending.issuer, error);
+    }
+    rethrow_annotated(pending.original, pending.op, pending.site);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -103,6 +104,12 @@ class DeviceContext {
   // fn)": at once in debug, at the next synchronisation otherwise.
   void launch(std::function<void()> kernel, std::string op = {});
 
+  // Before debug mode writes device memory on the calling thread: waits for
+  // work other threads still have queued (issued before this thread's switch
+  // to debug, or in another mode), which may use a block the write reuses
+  // (freed blocks are reused in stream order). Raises nothing; not counted.
+  void wait_for_queued_work();
+
   // Waits for the stream and raises the first asynchronous error, counting
   // the synchronisation under `reason`.
   void synchronize(const char* reason);
@@ -122,7 +129,11 @@ class DeviceContext {
   // The flusher counts its flush under `reason` when `count` is true.
   using WindowFlusher = void (*)(const char* reason, bool count);
   void set_window_flusher(WindowFlusher flusher) { window_flusher_ = flusher; }
-  void set_window_pending(bool pending) { window_pending_.store(pending, std::memory_order_release); }
+  // Called under the window's lock. Each span of time in which the window
+  // holds work that is not yet on the stream is an epoch: blocks freed then
+  // may be written by that work later, so they stay cached (not returned to
+  // the host) until the work issued when the epoch closed has run.
+  void set_window_pending(bool pending);
   bool window_pending() const { return window_pending_.load(std::memory_order_acquire); }
   void flush_window(const char* reason, bool count = true) {
     if (window_pending_.load(std::memory_order_acquire) && window_flusher_ != nullptr) window_flusher_(reason, count);
@@ -133,8 +144,19 @@ class DeviceContext {
   DeviceContext();
   runtime::Allocator allocator_;
   Metrics metrics_;
+  // Asynchronous errors owed to the thread that issued the failing op, when
+  // another thread's synchronisation raised them first (raise_async_error).
+  std::mutex owed_errors_mutex_;
+  std::map<std::uint64_t, std::exception_ptr> owed_errors_;
   std::atomic<Mode> mode_;
   std::atomic<bool> window_pending_{false};
+  // The allocator's stream clock (set_window_pending, allocator_stamp).
+  std::uint64_t allocator_stamp() const;
+  bool allocator_idle(std::uint64_t stamp) const;
+  std::atomic<std::uint64_t> open_epoch_{0};     // 0: no work waiting in the window
+  std::uint64_t epochs_ = 0;                      // under the window's lock
+  std::atomic<std::uint64_t> closed_epoch_{0};   // the last epoch whose work was issued
+  std::atomic<std::uint64_t> issued_at_close_{0};  // the stream's count when it closed
   WindowFlusher window_flusher_ = nullptr;
   // Last member: the worker is joined (drained) before the allocator dies.
   std::unique_ptr<runtime::Stream> stream_;

@@ -302,6 +302,7 @@ void run_synchronously(const c10::OperatorHandle& op, Stack* stack, const char* 
 
   for (auto& [device_arg, copy] : resizable) {
     if (copy.sizes() != device_arg.sizes()) device_arg.resize_(copy.sizes());
+    context.wait_for_queued_work();  // the resize may have taken a block other threads' work uses
     cpu_alias(device_arg).copy_(copy);
   }
   auto to_device = [&](const at::Tensor& result) -> at::Tensor {
@@ -698,6 +699,9 @@ at::Tensor host_result_on_device(const at::Tensor& result, const std::vector<at:
   at::Tensor out = result.is_non_overlapping_and_dense()
                        ? empty_device_strided(result.sizes(), result.strides(), result.scalar_type())
                        : empty_device(result.sizes(), result.scalar_type());
+  // Written here, on the calling thread: a block other threads' queued work
+  // still uses (freed blocks are reused in stream order) must be free of it.
+  DeviceContext::get().wait_for_queued_work();
   cpu_alias(out).copy_(result);
   return out;
 }

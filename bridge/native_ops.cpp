@@ -129,6 +129,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   // Host to device.
   const std::size_t nbytes = static_cast<std::size_t>(self.numel()) * self.itemsize();
   if (context.mode() == Mode::kDebug) {
+    context.wait_for_queued_work();
     cpu_alias(dst).copy_(self);
     return dst;
   }

@@ -276,5 +276,34 @@ TEST(AllocatorTest, NullAndForeignPointersAreIgnored) {
   EXPECT_EQ(s.reserved_bytes, 128u);
 }
 
+// With a stream clock, emptying the cache returns only blocks whose queued
+// users have run: a block freed (by one thread) after its kernel was queued
+// stays cached while another thread empties the cache, and is still reused
+// for new requests (stream order makes that safe).
+TEST(AllocatorTest, EmptyCacheKeepsBlocksWhoseQueuedUsersHaveNotRun) {
+  Allocator allocator(std::size_t{1} << 30);
+  std::uint64_t issued = 0, completed = 0;
+  allocator.set_stream_clock([&] { return issued; }, [&](std::uint64_t stamp) { return completed >= stamp; });
+  void* a = allocator.allocate(4096);
+  void* b = allocator.allocate(4096);
+  issued = 3;  // kernels 1..3 queued, reading a
+  allocator.deallocate(a);
+  completed = 2;
+  allocator.empty_cache();
+  EXPECT_EQ(allocator.stats().reserved_bytes, 2 * Allocator::round_size(4096)) << "a went back while kernel 3 may read it";
+  completed = 3;
+  allocator.empty_cache();
+  EXPECT_EQ(allocator.stats().reserved_bytes, Allocator::round_size(4096));
+  // A busy block is still reused at once.
+  issued = 7;
+  allocator.deallocate(b);
+  allocator.empty_cache();
+  EXPECT_EQ(allocator.allocate(4096), b);
+  allocator.deallocate(b);
+  completed = 7;
+  allocator.empty_cache();
+  EXPECT_EQ(allocator.stats().reserved_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace vtpu::runtime

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "vtpu/runtime/error.h"
@@ -28,7 +29,7 @@ Allocator::Allocator(std::size_t capacity_bytes) : capacity_(capacity_bytes) {}
 
 Allocator::~Allocator() {
   std::lock_guard<std::mutex> lock(mutex_);
-  release_cache_locked();
+  release_cache_locked(/*everything=*/true);
   // Live blocks at process exit belong to tensors that outlive the allocator
   // (static destruction order); freeing them here would be a use-after-free
   // hazard for their owners, so they are left to the OS.
@@ -45,7 +46,7 @@ void* Allocator::take_cached_locked(std::size_t rounded, std::size_t* block_size
   if (rounded <= kSmallLimit) {
     auto it = small_free_.find(rounded);
     if (it == small_free_.end() || it->second.empty()) return nullptr;
-    void* ptr = it->second.back();
+    void* ptr = it->second.back().ptr;
     it->second.pop_back();
     return ptr;
   }
@@ -53,7 +54,7 @@ void* Allocator::take_cached_locked(std::size_t rounded, std::size_t* block_size
   // that waste would be invisible to the user yet count against capacity.
   auto it = large_free_.lower_bound(rounded);
   if (it == large_free_.end() || it->first > rounded + rounded / 4) return nullptr;
-  void* ptr = it->second;
+  void* ptr = it->second.ptr;
   *block_size = it->first;  // the block keeps its true size in the accounting
   large_free_.erase(it);
   return ptr;
@@ -110,6 +111,8 @@ void* Allocator::allocate(std::size_t nbytes) {
 
 void Allocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
+  // Taken outside the lock: the clock reads the stream's counters only.
+  const std::uint64_t mark = stamp_ ? stamp_() : 0;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = live_.find(ptr);
   if (it == live_.end()) return;  // not ours: ignoring beats corrupting the heap
@@ -117,11 +120,20 @@ void Allocator::deallocate(void* ptr) {
   live_.erase(it);
   stats_.allocated_bytes -= block;
   ++stats_.frees;
+  // Reuse needs no stamp (the stream runs work in order); returning the
+  // block to the host does.
+  const Cached cached{ptr, mark};
   if (block <= kSmallLimit) {
-    small_free_[block].push_back(ptr);
+    small_free_[block].push_back(cached);
   } else {
-    large_free_.emplace(block, ptr);
+    large_free_.emplace(block, cached);
   }
+}
+
+void Allocator::set_stream_clock(std::function<std::uint64_t()> stamp, std::function<bool(std::uint64_t)> idle) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stamp_ = std::move(stamp);
+  idle_ = std::move(idle);
 }
 
 void Allocator::set_release_guard(std::function<void()> guard) {
@@ -142,19 +154,28 @@ void Allocator::release_cache_guarded(std::unique_lock<std::mutex>& lock) {
   release_cache_locked();
 }
 
-void Allocator::release_cache_locked() {
-  for (auto& [size, ptrs] : small_free_) {
-    for (void* p : ptrs) {
-      std::free(p);
+void Allocator::release_cache_locked(bool everything) {
+  auto idle = [&](const Cached& c) { return everything || !idle_ || idle_(c.stamp); };
+  for (auto it = small_free_.begin(); it != small_free_.end();) {
+    const std::size_t size = it->first;
+    std::vector<Cached>& blocks = it->second;
+    const auto first_idle = std::partition(blocks.begin(), blocks.end(), [&](const Cached& c) { return !idle(c); });
+    for (auto b = first_idle; b != blocks.end(); ++b) {
+      std::free(b->ptr);
       stats_.reserved_bytes -= size;
     }
+    blocks.erase(first_idle, blocks.end());
+    it = blocks.empty() ? small_free_.erase(it) : std::next(it);
   }
-  small_free_.clear();
-  for (auto& [size, p] : large_free_) {
-    std::free(p);
-    stats_.reserved_bytes -= size;
+  for (auto it = large_free_.begin(); it != large_free_.end();) {
+    if (!idle(it->second)) {
+      ++it;
+      continue;
+    }
+    std::free(it->second.ptr);
+    stats_.reserved_bytes -= it->first;
+    it = large_free_.erase(it);
   }
-  large_free_.clear();
 }
 
 void Allocator::empty_cache() {

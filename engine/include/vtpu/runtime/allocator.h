@@ -48,6 +48,17 @@ class Allocator {
   // empty_cache() callers synchronise themselves.
   void set_release_guard(std::function<void()> guard);
 
+  // The device stream's order for returning memory to the host: `stamp` is
+  // called when a block is freed (an opaque mark of the work that may still
+  // use it: everything issued so far), `idle(mark)` when the cache is emptied
+  // (whether that work has all run). A block freed by one thread while
+  // another empties the cache stays cached until its queued users ran; reuse
+  // for new requests needs no mark (the stream runs work in order). Without
+  // a clock every cached block counts as idle (callers synchronise first).
+  // Set once, before the allocator is shared between threads.
+  void set_stream_clock(std::function<std::uint64_t()> stamp, std::function<bool(std::uint64_t)> idle);
+
+  // Returns the idle cached blocks to the host (see set_stream_clock).
   void empty_cache();
   AllocatorStats stats() const;
   void reset_peak_stats();
@@ -63,16 +74,25 @@ class Allocator {
 
  private:
   void* take_cached_locked(std::size_t rounded, std::size_t* block_size);
-  void release_cache_locked();
+  // A cached block and the stream clock's stamp when it was freed.
+  struct Cached {
+    void* ptr;
+    std::uint64_t stamp;
+  };
+  // Frees the cached blocks whose users have all run (every one when
+  // `everything`: the allocator's destruction).
+  void release_cache_locked(bool everything = false);
   void release_cache_guarded(std::unique_lock<std::mutex>& lock);
 
   mutable std::mutex mutex_;
   std::size_t capacity_;
   AllocatorStats stats_;
-  std::unordered_map<void*, std::size_t> live_;                 // ptr -> rounded size
-  std::unordered_map<std::size_t, std::vector<void*>> small_free_;  // exact class
-  std::multimap<std::size_t, void*> large_free_;                    // best fit
+  std::unordered_map<void*, std::size_t> live_;                   // ptr -> rounded size
+  std::unordered_map<std::size_t, std::vector<Cached>> small_free_;  // exact class
+  std::multimap<std::size_t, Cached> large_free_;                    // best fit
   std::function<void()> release_guard_;
+  std::function<std::uint64_t()> stamp_;
+  std::function<bool(std::uint64_t)> idle_;
 };
 
 }  // namespace vtpu::runtime

@@ -16,9 +16,10 @@ demo: build
 
 test: build engine-test python-test host-path-test
 
+# redis-server: the shared compile-cache tier's tests start one on a loopback port.
 system-deps:
 	@missing=""; \
-	for pkg in g++ cmake ninja-build libgtest-dev ccache; do \
+	for pkg in g++ cmake ninja-build libgtest-dev ccache redis-server; do \
 	  dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; \
 	done; \
 	if [ -n "$$missing" ]; then \

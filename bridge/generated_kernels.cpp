@@ -21,6 +21,7 @@
 #include "device_context.h"
 #include "fused_window.h"
 #include "vtpu/cache/compile_cache.h"
+#include "vtpu/cache/shared_tier.h"
 #include "vtpu/compiler/host_codegen.h"
 #include "vtpu/compiler/kernel_provider.h"
 #include "vtpu/ir/canonical.h"
@@ -88,6 +89,11 @@ compiler::KernelProvider* provider() {
       TORCH_WARN("vtpu: generated kernels disabled: ", e.what());
       return nullptr;
     }
+    // A refused entry or an unreachable store is said once, as a Python
+    // warning (or on stderr from a background thread), not only counted.
+    for (const auto& tier : created->cache().tiers())
+      if (auto* shared = dynamic_cast<cache::SharedTier*>(tier.get()))
+        shared->set_notice([](const std::string& message) { TORCH_WARN("vtpu: ", message); });
     if (const auto path = aot_library_path()) {
       try {
         created->attach_aot(std::make_shared<compiler::KernelLibrary>(compiler::KernelLibrary::open(*path)));
@@ -847,7 +853,15 @@ GeneratedKernelStats generated_kernel_stats() {
   s.compile_seconds = p.compile_seconds;
   const auto c = kernels->cache_stats();
   s.cache_misses = c.misses;
-  s.cache_hits = {{"memory", p.memory_hits + c.hits_in("memory")}, {"disk", c.hits_in("disk")}, {"aot", p.aot_hits}};
+  s.cache_hits = {{"memory", p.memory_hits + c.hits_in("memory")},
+                  {"disk", c.hits_in("disk")},
+                  {"shared", c.hits_in("shared")},
+                  {"aot", p.aot_hits}};
+  for (const auto& [name, tier] : c.tiers) {
+    if (name != "shared") continue;
+    s.shared_refused = tier.refused;
+    s.shared_errors = tier.errors;
+  }
   return s;
 }
 

@@ -96,7 +96,9 @@ struct GeneratedKernelStats {
   std::uint64_t compiles = 0;
   double compile_seconds = 0;
   std::uint64_t cache_misses = 0;
-  std::map<std::string, std::uint64_t> cache_hits;  // memory, disk
+  std::map<std::string, std::uint64_t> cache_hits;  // memory, disk, shared, aot
+  std::uint64_t shared_refused = 0;  // shared-tier entries whose signature did not verify
+  std::uint64_t shared_errors = 0;   // shared-tier requests that failed (store unreachable, ...)
 };
 GeneratedKernelStats generated_kernel_stats();
 void reset_generated_kernel_launches();

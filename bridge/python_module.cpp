@@ -17,6 +17,7 @@
 #include "generated_kernels.h"
 #include "vtpu/runtime/error.h"
 #include "vtpu/runtime/memory_size.h"
+#include "vtpu/cache/shared_tier.h"
 #include "vtpu/targets/target.h"
 
 namespace py = pybind11;
@@ -71,6 +72,11 @@ py::dict metrics_dict() {
   };
   d["aot_hits"] = aot(now) - aot(base);
   d["cache_misses"] = now.cache_misses - base.cache_misses;
+  // The shared tier's refusals (entries signed with another VTPU_CACHE_KEY)
+  // and failed requests (store unreachable): both mean servers compile what
+  // they could have fetched.
+  d["shared_cache_refused"] = now.shared_refused - base.shared_refused;
+  d["shared_cache_errors"] = now.shared_errors - base.shared_errors;
   d["host_fallback_ops"] = s.host_fallback_ops;
   d["host_serial_ops"] = s.host_serial_ops;
   d["syncs"] = s.syncs;
@@ -149,6 +155,41 @@ PYBIND11_MODULE(_C, m) {
       targets.emplace_back(name, target != nullptr, target != nullptr ? target->description() : why);
     }
     return targets;
+  });
+  // The shared compile-cache tier as this environment configures it, for
+  // `python -m torch_vtpu cache stats`: None when VTPU_SHARED_CACHE is unset;
+  // otherwise its location, what it holds (directories only) and whether a
+  // probe lookup reached it, or the configuration error.
+  m.def("_shared_cache_status", []() -> py::object {
+    py::dict d;
+    std::shared_ptr<vtpu::cache::SharedTier> tier;
+    try {
+      tier = vtpu::cache::SharedTier::from_env();
+    } catch (const std::exception& e) {
+      const char* where = std::getenv("VTPU_SHARED_CACHE");
+      d["location"] = where ? where : "";
+      d["error"] = e.what();
+      return d;
+    }
+    if (!tier) return py::none();
+    vtpu::cache::StoreUsage usage;
+    {
+      py::gil_scoped_release no_gil;
+      // A key no kernel has: the answer is a miss, or the store's failure.
+      tier->get(vtpu::cache::make_key({"vtpu shared cache probe"}));
+      try {
+        usage = tier->usage();
+      } catch (const std::exception&) {
+        // counted below through the probe's error, if the store is down
+      }
+    }
+    d["location"] = tier->describe();
+    d["reachable"] = tier->stats().errors == 0;
+    d["last_error"] = tier->last_error();
+    d["counted"] = usage.counted;
+    d["entries"] = usage.entries;
+    d["bytes"] = usage.bytes;
+    return d;
   });
   m.def("_set_mode", [](const std::string& name) { guarded([&] {
     Mode mode;

@@ -1,8 +1,8 @@
 """Command line: ``python -m torch_vtpu <command>`` (also installed as ``vtpu``).
 
     info          versions, device, mode, memory and metrics
-    cache stats   where the compile cache is and how big it is
-    cache clear   delete the entries of the local compile cache
+    cache stats   where the compile cache is and how big it is (local and shared tiers)
+    cache clear   delete the entries of the local compile cache (never the shared tier's)
     bench         micro-benchmarks (torch_vtpu._bench)
     demo          train a small language model on the device (torch_vtpu.demo)
 """
@@ -67,6 +67,7 @@ def cmd_info(_: argparse.Namespace) -> int:
     print(f"memory       {_format_bytes(free)} free of {_format_bytes(total)} "
           f"(allocated {_format_bytes(torch.vtpu.memory_allocated())})")
     print(f"cache dir    {cache_dir()}")
+    print(f"shared cache {os.environ.get('VTPU_SHARED_CACHE') or 'none'}")
     print("metrics")
     for key, value in torch_vtpu.metrics().items():
         if isinstance(value, dict):
@@ -87,9 +88,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
         if entries == 0:
             # Generated kernels are opt-in until the ahead-of-time library lands.
             print("note         empty: kernels outside the ahead-of-time library are cached here on first use")
-        if os.environ.get("VTPU_SHARED_CACHE"):
-            print("shared tier  configured (VTPU_SHARED_CACHE); not inspected by this command")
-        return 0
+        return _print_shared_tier()
 
     # clear: delete what is inside the directory, never the directory itself, and
     # refuse paths that are obviously not a cache (a mistyped VTPU_CACHE_DIR).
@@ -107,6 +106,26 @@ def cmd_cache(args: argparse.Namespace) -> int:
         else:
             child.unlink()
     print(f"cleared {path}: removed {entries} entries, {_format_bytes(size)}")
+    return 0
+
+
+def _print_shared_tier() -> int:
+    """The shared tier's lines of ``cache stats``; 2 when it is misconfigured."""
+    status = torch_vtpu._C._shared_cache_status()
+    if status is None:
+        print("shared tier  none (set VTPU_SHARED_CACHE to a shared directory or redis://host:port)")
+        return 0
+    if "error" in status:
+        print(f"shared tier  {status['location']}: not usable: {status['error']}", file=sys.stderr)
+        return 2
+    print(f"shared tier  {status['location']}")
+    if status["counted"]:
+        print(f"  entries    {status['entries']}")
+        print(f"  bytes      {status['bytes']} ({_format_bytes(status['bytes'])})")
+    if status["reachable"]:
+        print("  reachable  yes")
+    else:
+        print(f"  reachable  no: {status['last_error']}")
     return 0
 
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "scoped_env.h"
 #include "temp_dir.h"
 
 #include <cstdlib>
@@ -25,18 +26,7 @@ namespace fs = std::filesystem;
 
 using vtpu::testing::TempDir;
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    value ? ::setenv(name, value->c_str(), 1) : ::unsetenv(name);
-  }
-  ~ScopedEnv() { old_ ? ::setenv(name_, old_->c_str(), 1) : ::unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using vtpu::testing::ScopedEnv;
 
 // A fresh process's view of a cache directory: new memory tier, same disk.
 std::unique_ptr<CompileCache> open_cache(const std::string& dir, bool cache_only = false) {

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "scoped_env.h"
 #include "temp_dir.h"
 
 #include <atomic>
@@ -33,19 +34,7 @@ namespace fs = std::filesystem;
 
 using vtpu::testing::TempDir;
 
-// Sets (or unsets, with nullopt) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    value ? ::setenv(name, value->c_str(), 1) : ::unsetenv(name);
-  }
-  ~ScopedEnv() { old_ ? ::setenv(name_, old_->c_str(), 1) : ::unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using vtpu::testing::ScopedEnv;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

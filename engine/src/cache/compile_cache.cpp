@@ -7,6 +7,7 @@
 
 #include "vtpu/cache/disk_tier.h"
 #include "vtpu/cache/memory_tier.h"
+#include "vtpu/cache/shared_tier.h"
 #include "vtpu/runtime/error.h"
 
 namespace vtpu::cache {
@@ -30,6 +31,7 @@ std::unique_ptr<CompileCache> CompileCache::from_env() {
   std::vector<std::shared_ptr<CacheTier>> tiers;
   tiers.push_back(std::make_shared<MemoryTier>());
   tiers.push_back(std::make_shared<DiskTier>(DiskTier::Options::from_env()));
+  if (auto shared = SharedTier::from_env()) tiers.push_back(std::move(shared));
   return std::make_unique<CompileCache>(std::move(tiers), cache_only_from_env());
 }
 
@@ -73,29 +75,48 @@ std::shared_ptr<const Entry> CompileCache::get_or_create(const Key& key,
     if (auto hit = get(key)) return hit;
     throw_cache_only_miss(key);
   }
-  const std::size_t last = tiers_.size() - 1;
-  for (std::size_t i = 0; i < last; ++i) {
+  // Build through the last tier that makes cooperating processes build once
+  // (the disk tier's per-key lock); the tiers below it (the shared tier) are
+  // asked from inside that build, so while one local process fetches or
+  // compiles a kernel the others wait for it instead of asking the network.
+  std::size_t coordinator = tiers_.size() - 1;
+  for (std::size_t i = tiers_.size(); i-- > 0;) {
+    if (tiers_[i]->coordinates_builds()) {
+      coordinator = i;
+      break;
+    }
+  }
+  for (std::size_t i = 0; i < coordinator; ++i) {
     if (auto hit = tiers_[i]->get(key)) {
       hits_[i].fetch_add(1, std::memory_order_relaxed);
       promote(key, hit, i);
       return hit;
     }
   }
-  // The slowest tier decides whether this process builds (it may find the
-  // entry, or wait for another process that is building it).
   bool built = false;
-  auto entry = tiers_[last]->get_or_create(key, [&]() -> Entry {
+  std::size_t found_in = coordinator;
+  auto entry = tiers_[coordinator]->get_or_create(key, [&]() -> Entry {
+    for (std::size_t i = coordinator + 1; i < tiers_.size(); ++i) {
+      if (auto hit = tiers_[i]->get(key)) {
+        found_in = i;
+        return *hit;
+      }
+    }
     built = true;
     builds_.fetch_add(1, std::memory_order_relaxed);
+    Entry made;
     try {
-      return build();
+      made = build();
     } catch (...) {
       build_failures_.fetch_add(1, std::memory_order_relaxed);
       throw;
     }
+    auto shared = std::make_shared<const Entry>(made);
+    for (std::size_t i = coordinator + 1; i < tiers_.size(); ++i) tiers_[i]->put(key, shared);
+    return made;
   });
-  (built ? misses_ : hits_[last]).fetch_add(1, std::memory_order_relaxed);
-  promote(key, entry, last);
+  (built ? misses_ : hits_[found_in]).fetch_add(1, std::memory_order_relaxed);
+  promote(key, entry, coordinator);
   return entry;
 }
 

@@ -3,9 +3,10 @@
 //
 //   lookup: ask each tier in order; a hit is copied into the faster tiers
 //           above it (so the next lookup hits memory);
-//   build:  on a miss everywhere, the slowest tier coordinates the build
-//           (the disk tier takes a per-key file lock, so N processes compile
-//           a kernel once), and the result is written into every tier.
+//   build:  on a miss in the tiers above it, the disk tier coordinates the
+//           build (a per-key file lock, so N local processes build a kernel
+//           once); inside it the shared tier, if any, is asked first, and
+//           only then is the kernel compiled and written into every tier.
 //
 // Cache-only mode (VTPU_CACHE_ONLY=1, for servers that must never compile):
 // get_or_create() turns a miss into Error(kRuntime) naming the key. get() is a
@@ -45,8 +46,9 @@ class CompileCache {
   // `tiers`: fastest first, non-empty, distinct names. Throws kInvalidArgument.
   explicit CompileCache(std::vector<std::shared_ptr<CacheTier>> tiers, bool cache_only = false);
 
-  // The local cache configured from the environment: MemoryTier, then
-  // DiskTier(DiskTier::Options::from_env()); cache-only from VTPU_CACHE_ONLY.
+  // The cache configured from the environment: MemoryTier, then
+  // DiskTier(DiskTier::Options::from_env()), then SharedTier::from_env() when
+  // VTPU_SHARED_CACHE is set; cache-only from VTPU_CACHE_ONLY.
   static std::unique_ptr<CompileCache> from_env();
 
   // VTPU_CACHE_ONLY: unset/""/"0"/"false"/"no"/"off" -> false, "1"/"true"/

@@ -66,6 +66,8 @@ class DiskTier final : public CacheTier {
   std::shared_ptr<const Entry> get_or_create(const Key& key,
                                              const std::function<Entry()>& build) override;
 
+  bool coordinates_builds() const override { return true; }
+
   // Enforces the size bound (LRU) and deletes temp files left by dead writers.
   void trim();
 

@@ -1,5 +1,5 @@
 // One level of the compile cache. CompileCache stacks tiers fastest first
-// (memory, then disk; a shared tier later) and reads through / writes back.
+// (memory, then disk, then the optional shared tier) and reads through / writes back.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,8 @@ struct TierStats {
   std::uint64_t misses = 0;
   std::uint64_t corrupt_discarded = 0;  // entries that failed verification and were deleted
   std::uint64_t evictions = 0;          // entries removed to stay under the size bound
+  std::uint64_t refused = 0;            // shared tier: entries whose signature did not verify
+  std::uint64_t errors = 0;             // shared tier: requests the store failed (unreachable, ...)
 };
 
 class CacheTier {
@@ -49,6 +51,12 @@ class CacheTier {
   // propagate unchanged and nothing is stored.
   virtual std::shared_ptr<const Entry> get_or_create(const Key& key,
                                                      const std::function<Entry()>& build);
+
+  // True for a tier whose get_or_create() makes cooperating processes build a
+  // key once (the disk tier's file lock). CompileCache builds through the
+  // last such tier and consults the tiers below it (the shared tier) from
+  // inside that build, so N local processes fetch or compile a kernel once.
+  virtual bool coordinates_builds() const { return false; }
 };
 
 }  // namespace vtpu::cache

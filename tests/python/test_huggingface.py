@@ -126,3 +126,55 @@ def test_mixtral_default_experts_match_cpu(tmp_path):
         expected = cpu_model.generate(ids, max_new_tokens=6, do_sample=False)
         actual = model.generate(ids.to("vtpu"), max_new_tokens=6, do_sample=False)
     assert torch.equal(actual.cpu(), expected)
+
+
+def _word_tokenizer():
+    """A word-level tokenizer over "w0".."w123" built offline (vocabulary of the tiny config)."""
+    tokenizers = pytest.importorskip("tokenizers", reason="tokenizers is not installed (transformers needs it)")
+    words = ["<pad>", "<bos>", "<eos>", "<unk>"] + [f"w{i}" for i in range(124)]
+    model = tokenizers.models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="<unk>")
+    tok = tokenizers.Tokenizer(model)
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>",
+                                                eos_token="<eos>", unk_token="<unk>")
+
+
+def test_pipeline_keeps_a_model_on_vtpu_there(saved_model):
+    # transformers' Pipeline resolved device=None to the CPU for backends it does not
+    # know and moved the model (the caller's object too) back there, silently.
+    cpu_model, path = saved_model
+    tok = _word_tokenizer()
+    prompt = "w5 w17 w99 w3"
+    generate = dict(max_new_tokens=6, do_sample=False)
+    expected = transformers.pipeline("text-generation", model=cpu_model, tokenizer=tok, device="cpu")(
+        prompt, **generate)[0]["generated_text"]
+
+    model = transformers.Qwen3ForCausalLM.from_pretrained(path, device_map="vtpu").eval()
+    pipe = transformers.pipeline("text-generation", model=model, tokenizer=tok)
+    assert pipe.device.type == "vtpu" and model.device.type == "vtpu", (pipe.device, model.device)
+    assert pipe(prompt, **generate)[0]["generated_text"] == expected
+
+    tok.save_pretrained(path)
+    by_map = transformers.pipeline("text-generation", model=str(path), device_map="vtpu")
+    assert by_map.device.type == "vtpu" and by_map.model.device.type == "vtpu"
+    assert by_map(prompt, **generate)[0]["generated_text"] == expected
+
+    # Models elsewhere and explicit devices are left to transformers.
+    on_cpu = transformers.pipeline("text-generation", model=cpu_model, tokenizer=tok)
+    assert on_cpu.device.type == "cpu" and cpu_model.device.type == "cpu"
+    moved = transformers.pipeline("text-generation", model=model, tokenizer=tok, device="cpu")
+    assert moved.device.type == "cpu"
+
+
+def test_pipeline_patch_applies_when_transformers_was_imported_first(tmp_path):
+    import subprocess
+    import sys
+    program = """
+import transformers.pipelines.base as base   # before torch_vtpu (autoload off)
+import torch, torch_vtpu
+assert getattr(base.Pipeline.__init__, "_vtpu_keeps_model_device", False)
+print("patched")
+"""
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "patched" in out.stdout, out.stderr[-2000:]

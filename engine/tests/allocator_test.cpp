@@ -307,3 +307,67 @@ TEST(AllocatorTest, EmptyCacheKeepsBlocksWhoseQueuedUsersHaveNotRun) {
 
 }  // namespace
 }  // namespace vtpu::runtime
+
+namespace vtpu::runtime {
+namespace {
+
+TEST(AllocatorTest, SmallClassesCoverEverySizeWithBoundedWaste) {
+  std::size_t previous_class = 0;
+  for (std::size_t r = Allocator::kAlignment; r <= Allocator::kSmallLimit; r += Allocator::kAlignment) {
+    const std::size_t cls = Allocator::small_class(r);
+    ASSERT_LT(cls, Allocator::kSmallClasses) << r;
+    ASSERT_GE(Allocator::small_class_bound(cls), r) << r;
+    if (cls > 0) ASSERT_LT(Allocator::small_class_bound(cls - 1), r) << r;
+    ASSERT_GE(cls, previous_class) << r;
+    previous_class = cls;
+    const std::size_t rounded = Allocator::round_size(r);
+    ASSERT_EQ(rounded, Allocator::small_class_bound(cls)) << r;
+    ASSERT_EQ(Allocator::small_class(rounded), cls) << r;
+    if (r <= Allocator::kExactClassLimit) {
+      ASSERT_EQ(rounded, r) << "sizes up to 4 KiB keep 64-byte classes";
+    } else {
+      ASSERT_LE(static_cast<double>(rounded), 1.125 * static_cast<double>(r)) << r;
+    }
+  }
+  EXPECT_EQ(Allocator::small_class_bound(Allocator::kSmallClasses - 1), Allocator::kSmallLimit);
+  EXPECT_EQ(Allocator::round_size(5000), 5120u);
+}
+
+TEST(AllocatorTest, ABlockServesEveryRequestOfItsClass) {
+  Allocator alloc(64 * MiB);
+  void* block = alloc.allocate(5000);  // class (4608, 5120]: a 5120-byte block
+  EXPECT_EQ(alloc.stats().allocated_bytes, 5120u);
+  alloc.deallocate(block);
+  void* again = alloc.allocate(4700);
+  EXPECT_EQ(again, block);
+  EXPECT_EQ(alloc.stats().cache_hits, 1u);
+  EXPECT_EQ(alloc.stats().reserved_bytes, 5120u);
+  alloc.deallocate(again);
+  void* other_class = alloc.allocate(4500);  // (4096, 4608]: a block of its own
+  EXPECT_NE(other_class, block);
+  EXPECT_EQ(alloc.stats().reserved_bytes, 5120u + 4608u);
+  alloc.deallocate(other_class);
+}
+
+TEST(AllocatorTest, ReservedMemoryStaysBoundedWhenSizesKeepChanging) {
+  // A server's varying shapes: one live tensor at a time, thousands of distinct
+  // sizes. With exact-size reuse every size left a cached block behind
+  // (hundreds of MB here); now the cache holds a few blocks per class.
+  Allocator alloc(std::size_t{8} << 30);
+  std::uint64_t seed = 12345;
+  std::size_t largest = 0;
+  for (int i = 0; i < 20000; ++i) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    const std::size_t bytes = 64 * (1 + (seed >> 33) % 4000);  // 64 B .. 256 KB
+    void* a = alloc.allocate(bytes);
+    void* b = alloc.allocate(bytes / 2 + 64);
+    alloc.deallocate(a);
+    alloc.deallocate(b);
+    largest = std::max(largest, alloc.stats().reserved_bytes);
+  }
+  EXPECT_LT(largest, std::size_t{16} << 20) << "reserved grew with the number of distinct sizes";
+  EXPECT_GT(alloc.stats().cache_hits, 30000u);
+}
+
+}  // namespace
+}  // namespace vtpu::runtime

@@ -1,11 +1,16 @@
 #include "vtpu/runtime/allocator.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <iterator>
 #include <string>
 
 #include "vtpu/runtime/error.h"
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace vtpu::runtime {
 namespace {
@@ -23,9 +28,18 @@ std::string human_bytes(std::size_t n) {
   return buffer;
 }
 
+// glibc keeps freed heap memory for its own reuse; after the cache was
+// emptied the user asked for memory back (empty_cache, memory pressure), so
+// return the free pages to the OS as well.
+void return_free_pages_to_os() {
+#if defined(__GLIBC__)
+  ::malloc_trim(0);
+#endif
+}
+
 }  // namespace
 
-Allocator::Allocator(std::size_t capacity_bytes) : capacity_(capacity_bytes) {}
+Allocator::Allocator(std::size_t capacity_bytes) : capacity_(capacity_bytes), small_free_(kSmallClasses) {}
 
 Allocator::~Allocator() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -37,17 +51,36 @@ Allocator::~Allocator() {
 
 std::size_t Allocator::round_size(std::size_t nbytes) {
   if (nbytes == 0) return 0;
-  if (nbytes <= kSmallLimit) return (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (nbytes <= kSmallLimit) {
+    const std::size_t aligned = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+    // Above 4 KiB a block has its class's size, so any cached block of the
+    // class serves any request of it (at most 12.5% more than asked).
+    return aligned <= kExactClassLimit ? aligned : small_class_bound(small_class(aligned));
+  }
   return (nbytes + kLargeGranule - 1) / kLargeGranule * kLargeGranule;
+}
+
+std::size_t Allocator::small_class(std::size_t rounded) {
+  if (rounded <= kExactClassLimit) return rounded == 0 ? 0 : (rounded - 1) / kAlignment;
+  const std::size_t octave = static_cast<std::size_t>(std::bit_width(rounded - 1) - 1);  // 12 .. 19
+  const std::size_t base = std::size_t{1} << octave;
+  return kExactClassLimit / kAlignment + (octave - 12) * 8 + (rounded - 1 - base) / (base / 8);
+}
+
+std::size_t Allocator::small_class_bound(std::size_t cls) {
+  if (cls < kExactClassLimit / kAlignment) return (cls + 1) * kAlignment;
+  const std::size_t k = cls - kExactClassLimit / kAlignment;
+  const std::size_t base = kExactClassLimit << (k / 8);
+  return base + (k % 8 + 1) * (base / 8);
 }
 
 void* Allocator::take_cached_locked(std::size_t rounded, std::size_t* block_size) {
   *block_size = rounded;
   if (rounded <= kSmallLimit) {
-    auto it = small_free_.find(rounded);
-    if (it == small_free_.end() || it->second.empty()) return nullptr;
-    void* ptr = it->second.back().ptr;
-    it->second.pop_back();
+    std::vector<Cached>& blocks = small_free_[small_class(rounded)];  // all of size `rounded`
+    if (blocks.empty()) return nullptr;
+    void* ptr = blocks.back().ptr;
+    blocks.pop_back();
     return ptr;
   }
   // Best fit, but never hand out a block more than 25% larger than asked:
@@ -122,9 +155,9 @@ void Allocator::deallocate(void* ptr) {
   ++stats_.frees;
   // Reuse needs no stamp (the stream runs work in order); returning the
   // block to the host does.
-  const Cached cached{ptr, mark};
+  const Cached cached{ptr, mark, block};
   if (block <= kSmallLimit) {
-    small_free_[block].push_back(cached);
+    small_free_[small_class(block)].push_back(cached);
   } else {
     large_free_.emplace(block, cached);
   }
@@ -142,7 +175,9 @@ void Allocator::set_release_guard(std::function<void()> guard) {
 }
 
 void Allocator::release_cache_guarded(std::unique_lock<std::mutex>& lock) {
-  if (small_free_.empty() && large_free_.empty()) return;
+  const bool nothing_cached = large_free_.empty() && std::all_of(small_free_.begin(), small_free_.end(),
+                                                                  [](const auto& blocks) { return blocks.empty(); });
+  if (nothing_cached) return;
   // Cached blocks may still be read or written by queued work (frees are
   // stream-ordered): let that work finish before the memory goes back to the
   // host. The guard may block, so the lock is not held across it.
@@ -156,16 +191,15 @@ void Allocator::release_cache_guarded(std::unique_lock<std::mutex>& lock) {
 
 void Allocator::release_cache_locked(bool everything) {
   auto idle = [&](const Cached& c) { return everything || !idle_ || idle_(c.stamp); };
-  for (auto it = small_free_.begin(); it != small_free_.end();) {
-    const std::size_t size = it->first;
-    std::vector<Cached>& blocks = it->second;
+  bool released = false;
+  for (std::vector<Cached>& blocks : small_free_) {
     const auto first_idle = std::partition(blocks.begin(), blocks.end(), [&](const Cached& c) { return !idle(c); });
     for (auto b = first_idle; b != blocks.end(); ++b) {
       std::free(b->ptr);
-      stats_.reserved_bytes -= size;
+      stats_.reserved_bytes -= b->size;
+      released = true;
     }
     blocks.erase(first_idle, blocks.end());
-    it = blocks.empty() ? small_free_.erase(it) : std::next(it);
   }
   for (auto it = large_free_.begin(); it != large_free_.end();) {
     if (!idle(it->second)) {
@@ -175,7 +209,9 @@ void Allocator::release_cache_locked(bool everything) {
     std::free(it->second.ptr);
     stats_.reserved_bytes -= it->first;
     it = large_free_.erase(it);
+    released = true;
   }
+  if (released && !everything) return_free_pages_to_os();
 }
 
 void Allocator::empty_cache() {

@@ -167,7 +167,7 @@ PYBIND11_MODULE(_C, m) {
       tier = vtpu::cache::SharedTier::from_env();
     } catch (const std::exception& e) {
       const char* where = std::getenv("VTPU_SHARED_CACHE");
-      d["location"] = where ? where : "";
+      d["location"] = vtpu::cache::redact_url(where ? where : "");
       d["error"] = e.what();
       return d;
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import shutil
 import stat
 import sys
@@ -53,6 +54,11 @@ def _format_bytes(n: int) -> str:
     return f"{n} B"  # unreachable; keeps type checkers content
 
 
+def _redacted(url: str) -> str:
+    """``url`` with a password replaced by ``***`` (redis://user:secret@host -> redis://user:***@host)."""
+    return re.sub(r"^([a-z]+://[^:@/]*:)[^@]*@", r"\1***@", url)
+
+
 def cmd_info(_: argparse.Namespace) -> int:
     free, total = torch.vtpu.mem_get_info()
     print(f"torch_vtpu   {torch_vtpu.__version__}")
@@ -67,7 +73,7 @@ def cmd_info(_: argparse.Namespace) -> int:
     print(f"memory       {_format_bytes(free)} free of {_format_bytes(total)} "
           f"(allocated {_format_bytes(torch.vtpu.memory_allocated())})")
     print(f"cache dir    {cache_dir()}")
-    print(f"shared cache {os.environ.get('VTPU_SHARED_CACHE') or 'none'}")
+    print(f"shared cache {_redacted(os.environ.get('VTPU_SHARED_CACHE') or 'none')}")
     print("metrics")
     for key, value in torch_vtpu.metrics().items():
         if isinstance(value, dict):

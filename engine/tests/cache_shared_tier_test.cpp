@@ -6,12 +6,14 @@
 #include "vtpu/cache/shared_tier.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -94,7 +96,8 @@ TEST(Sha256Test, HmacRfc4231) {
 class FakeStore final : public ByteStore {
  public:
   std::map<std::string, std::vector<std::uint8_t>>* data;
-  bool failing = false;
+  bool failing = false;        // the whole store down (StoreUnavailable)
+  bool refusing_keys = false;  // each request refused on its own (a read-only mount, ...)
   int calls = 0;
   explicit FakeStore(std::map<std::string, std::vector<std::uint8_t>>* d) : data(d) {}
   std::string describe() const override { return "fake"; }
@@ -115,7 +118,8 @@ class FakeStore final : public ByteStore {
  private:
   void touch() {
     ++calls;
-    if (failing) throw Error(ErrorKind::kRuntime, "fake store down");
+    if (failing) throw StoreUnavailable("fake store down");
+    if (refusing_keys) throw Error(ErrorKind::kRuntime, "fake store refuses this key");
   }
 };
 
@@ -224,15 +228,60 @@ TEST(SharedTierTest, DirectoryStoreRoundTripsAcrossInstancesAndRefusesForgeries)
   EXPECT_EQ(reader.usage().entries, 0u);
 }
 
-TEST(SharedTierTest, DirectoryStoreNeedsAnExistingDirectory) {
+TEST(SharedTierTest, AMissingDirectoryIsAnUnavailableStoreUntilItAppears) {
   TempDir tmp;
-  try {
-    open_directory_store(tmp.sub("not-mounted"));
-    FAIL() << "a missing directory was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("not-mounted"), std::string::npos);
-  }
+  const std::string dir = tmp.sub("not-mounted-yet");
+  SharedTier tier(open_directory_store(dir), kSigningKey, quick_options());
+  EXPECT_EQ(tier.get(kKey), nullptr);
+  EXPECT_EQ(tier.stats().errors, 1u);
+  EXPECT_NE(tier.last_error().find("not-mounted-yet"), std::string::npos) << tier.last_error();
+  fs::create_directory(dir);
+  tier.put(kKey, std::make_shared<const Entry>(kEntry));  // resting: not written
+  EXPECT_FALSE(fs::exists(dir + "/" + kKey.hex() + ".vtpu"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  tier.put(kKey, std::make_shared<const Entry>(kEntry));
+  EXPECT_NE(tier.get(kKey), nullptr);
+  EXPECT_EQ(tier.stats().errors, 1u);
+  EXPECT_THROW(open_directory_store(""), Error);
+}
+
+TEST(SharedTierTest, DirectoryStoreReadsOnlyRegularFilesOfBoundedSize) {
+  // Whoever can write the shared directory is not trusted: a FIFO hung the
+  // reader, a link to /dev/zero ate its memory, a huge sparse file was read whole.
+  TempDir tmp;
+  SharedTier tier(open_directory_store(tmp.path()), kSigningKey, quick_options());
+  const Key fifo_key = make_key({"fifo"}), zero_key = make_key({"zero"}), big_key = make_key({"big"}),
+            dir_key = make_key({"dir"});
+  ASSERT_EQ(::mkfifo(tmp.sub(fifo_key.hex() + ".vtpu").c_str(), 0644), 0);
+  fs::create_symlink("/dev/zero", tmp.sub(zero_key.hex() + ".vtpu"));
+  { std::ofstream(tmp.sub(big_key.hex() + ".vtpu")); }
+  fs::resize_file(tmp.sub(big_key.hex() + ".vtpu"), std::uintmax_t{3} << 30);  // sparse
+  fs::create_directory(tmp.sub(dir_key.hex() + ".vtpu"));
+  const auto start = std::chrono::steady_clock::now();
+  for (const Key& k : {fifo_key, zero_key, big_key, dir_key}) EXPECT_EQ(tier.get(k), nullptr) << k.hex();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(tier.stats().errors, 4u) << tier.last_error();
+  // Those were about single entries: the store stays in use for the others.
+  tier.put(kKey, std::make_shared<const Entry>(kEntry));
+  EXPECT_NE(tier.get(kKey), nullptr);
+  EXPECT_EQ(tier.usage().entries, 2u) << "the sparse file and our entry are the regular ones";
+}
+
+TEST(SharedTierTest, DirectoryStoreNeverWritesThroughALink) {
+  TempDir tmp, elsewhere;
+  const std::string victim = elsewhere.sub("victim.txt");
+  std::ofstream(victim) << "precious";
+  SharedTier tier(open_directory_store(tmp.path()), kSigningKey, quick_options());
+  fs::create_symlink(victim, tmp.sub(kKey.hex() + ".vtpu"));  // planted under the entry's own name
+  EXPECT_EQ(tier.get(kKey), nullptr);
+  tier.put(kKey, std::make_shared<const Entry>(kEntry));
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "precious");
+  EXPECT_FALSE(fs::is_symlink(tmp.sub(kKey.hex() + ".vtpu")));
+  EXPECT_NE(tier.get(kKey), nullptr);
+  for (const auto& file : fs::directory_iterator(tmp.path()))  // no temp file left behind
+    EXPECT_FALSE(file.path().filename().string().starts_with(".tmp.")) << file.path();
 }
 
 // Two "servers" with their own memory and disk tiers over one shared directory.
@@ -322,6 +371,25 @@ TEST(SharedTierTest, FailingStoreIsAMissAndRestsBeforeTheNextAttempt) {
   EXPECT_EQ(tier->get(kKey), nullptr);
   EXPECT_EQ(tier->stats().errors, 2u);
   EXPECT_EQ(notices, 1) << "a store failure is noticed once per process";
+}
+
+TEST(SharedTierTest, ARequestRefusedForOneKeyDoesNotRestTheStore) {
+  // A read-only mount refusing a put, a Redis key of another type: gets of
+  // other keys must go on (resting made every server compile what the store had).
+  std::map<std::string, std::vector<std::uint8_t>> data;
+  auto store = std::make_unique<FakeStore>(&data);
+  FakeStore* fake = store.get();
+  SharedTier tier(std::move(store), kSigningKey, quick_options());
+  const Key other = make_key({"other kernel"});
+  tier.put(other, std::make_shared<const Entry>(kEntry));
+  fake->refusing_keys = true;
+  tier.put(kKey, std::make_shared<const Entry>(kEntry));
+  EXPECT_EQ(tier.get(kKey), nullptr);
+  EXPECT_EQ(tier.stats().errors, 2u);
+  fake->refusing_keys = false;
+  const int calls = fake->calls;
+  EXPECT_NE(tier.get(other), nullptr);
+  EXPECT_EQ(fake->calls, calls + 1) << "the store was resting after a per-key refusal";
 }
 
 TEST(RedisAddressTest, ParsesUrlsAndRejectsBadOnes) {
@@ -457,6 +525,22 @@ TEST(RedisStoreTest, RoundTripsAuthenticatesClearsAndSurvivesTheServerGoingAway)
   EXPECT_EQ(wrong->stats().errors, 1u);
   EXPECT_NE(wrong->last_error().find("AUTH"), std::string::npos) << wrong->last_error();
 
+  // A key of another type answers with a server error: this key is a miss,
+  // the store is not rested (its other entries are still fetched).
+  const Key listed = make_key({"a list, not a string"});
+  const std::string lpush = "redis-cli -p " + std::to_string(redis.port()) +
+                            " -a test-password --no-auth-warning -n 2 LPUSH vtpu:entry:" + listed.hex() +
+                            " x >/dev/null 2>&1";
+  if (std::system(lpush.c_str()) == 0) {
+    const auto errors = reader->stats().errors;
+    EXPECT_EQ(reader->get(listed), nullptr);
+    EXPECT_EQ(reader->stats().errors, errors + 1);
+    EXPECT_NE(reader->last_error().find("WRONGTYPE"), std::string::npos) << reader->last_error();
+    EXPECT_NE(reader->get(kKey), nullptr) << "a per-key server error rested the store";
+  } else {
+    ADD_FAILURE() << "redis-cli could not add a list key (is redis-tools installed with redis-server?)";
+  }
+
   const Key second = make_key({"second"});
   writer->put(second, std::make_shared<const Entry>(kEntry));
   EXPECT_TRUE(writer->remove(second));
@@ -469,11 +553,96 @@ TEST(RedisStoreTest, RoundTripsAuthenticatesClearsAndSurvivesTheServerGoingAway)
   // The server dies: lookups become counted misses that take at most the timeout.
   writer->put(kKey, std::make_shared<const Entry>(kEntry));
   redis.stop();
+  const auto errors_before = reader->stats().errors;
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(reader->get(kKey), nullptr);
   EXPECT_EQ(reader->get(second), nullptr);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
-  EXPECT_EQ(reader->stats().errors, 1u) << "the second lookup should have found the store resting";
+  EXPECT_EQ(reader->stats().errors, errors_before + 1) << "the second lookup should have found the store resting";
+}
+
+// A server on a loopback port that answers the first request with `reply`,
+// sent in pieces of `chunk` bytes every `gap`, then holds the connection.
+class HostileServer {
+ public:
+  HostileServer(std::string reply, std::size_t chunk, std::chrono::milliseconds gap) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    ::listen(listener_, 4);
+    thread_ = std::thread([this, reply = std::move(reply), chunk, gap] {
+      const int client = ::accept(listener_, nullptr, nullptr);
+      if (client < 0) return;
+      char request[4096];
+      (void)::recv(client, request, sizeof(request), 0);
+      for (std::size_t at = 0; at < reply.size() && !stop_; at += chunk) {
+        if (::send(client, reply.data() + at, std::min(chunk, reply.size() - at), MSG_NOSIGNAL) < 0) break;
+        std::this_thread::sleep_for(gap);
+      }
+      while (!stop_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      ::close(client);
+    });
+  }
+  ~HostileServer() {
+    stop_ = true;
+    ::shutdown(listener_, SHUT_RDWR);
+    ::close(listener_);
+    thread_.join();
+  }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(RedisStoreTest, AHostileServerCostsTheTimeoutAtMost) {
+  struct Case {
+    const char* what;
+    std::string reply;
+    std::size_t chunk;
+    int gap_ms;
+  };
+  const std::vector<Case> cases = {
+      {"a byte at a time", "$5\r\nhello\r\n", 1, 150},
+      {"a line without end", "+" + std::string(1 << 20, 'A'), 65536, 1},
+      {"a huge bulk length", "$999999999999\r\n", 64, 1},
+      {"a negative length", "$-7\r\n", 64, 1},
+      {"garbage", std::string("\x01\x02\r\n", 4), 64, 1},
+  };
+  for (const Case& c : cases) {
+    HostileServer server(c.reply, c.chunk, std::chrono::milliseconds(c.gap_ms));
+    SharedTier tier(open_redis_store(RedisAddress::parse(server.url()), std::chrono::milliseconds(500)), kSigningKey,
+                    quick_options());
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(tier.get(kKey), nullptr) << c.what;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500)) << c.what;
+    EXPECT_EQ(tier.stats().errors, 1u) << c.what;
+    EXPECT_EQ(tier.last_error().find('\x01'), std::string::npos) << "raw server bytes in a message";
+  }
+}
+
+TEST(RedisStoreTest, CredentialsArePercentDecodedAndNeverShown) {
+  const auto a = RedisAddress::parse("redis://us%65r:p%40ss%3Aword@host:1");
+  EXPECT_EQ(a.user, "user");
+  EXPECT_EQ(a.password, "p@ss:word");
+  EXPECT_EQ(redact_url("redis://user:secret@host:1/2"), "redis://user:***@host:1/2");
+  EXPECT_EQ(redact_url("redis://:secret@host"), "redis://:***@host");
+  EXPECT_EQ(redact_url("redis://host:1"), "redis://host:1");
+  try {
+    RedisAddress::parse("redis://:secret@host:99999");
+    ADD_FAILURE() << "bad port accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("secret"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(RedisAddress::parse("redis://:bad%zzescape@host"), Error);
 }
 
 TEST(RedisStoreTest, NothingListeningIsACountedMiss) {
@@ -532,7 +701,26 @@ TEST(SharedTierTest, FromEnvironment) {
   }
   {
     ScopedEnv shared("VTPU_SHARED_CACHE", tmp.sub("absent"));
-    expect_invalid("absent");
+    EXPECT_NE(SharedTier::from_env(), nullptr) << "a directory mounted later is a store down, not a bad setting";
+  }
+  {
+    ScopedEnv shared("VTPU_SHARED_CACHE", tmp.path());
+    ScopedEnv local("VTPU_CACHE_DIR", tmp.path());
+    try {
+      CompileCache::from_env();
+      ADD_FAILURE() << "one directory for both tiers was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    }
+  }
+  {
+    ScopedEnv shared("VTPU_SHARED_CACHE", "redis://:hunter2@127.0.0.1:0");
+    try {
+      SharedTier::from_env();
+      ADD_FAILURE() << "port 0 accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find("hunter2"), std::string::npos) << "password in a message: " << e.what();
+    }
   }
   {
     ScopedEnv shared("VTPU_SHARED_CACHE", tmp.path());

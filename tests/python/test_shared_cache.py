@@ -175,3 +175,17 @@ def test_cache_stats_reports_the_shared_tier(tmp_path):
     assert bad.returncode == 2 and "VTPU_CACHE_KEY" in bad.stderr, (bad.stdout, bad.stderr)
     none = _cli("cache", "stats")
     assert none.returncode == 0 and "shared tier  none" in none.stdout, none.stdout
+    # A password in the URL is never printed.
+    url = f"redis://:hunter2secret@127.0.0.1:{_free_port()}"
+    for args in (("info",), ("cache", "stats")):
+        out = _cli(*args, VTPU_SHARED_CACHE=url, VTPU_CACHE_KEY=KEY, VTPU_SHARED_CACHE_TIMEOUT="0.2")
+        assert "hunter2secret" not in out.stdout + out.stderr, (args, out.stdout, out.stderr)
+    bad = _cli("cache", "stats", VTPU_SHARED_CACHE="redis://:hunter2secret@host:0", VTPU_CACHE_KEY=KEY)
+    assert bad.returncode == 2 and "hunter2secret" not in bad.stdout + bad.stderr, bad.stderr
+
+
+def test_a_shared_directory_mounted_late_is_used_once_it_appears(tmp_path):
+    # A missing directory used to disable generated kernels for the whole process.
+    report = _server(tmp_path, "a", VTPU_SHARED_CACHE=str(tmp_path / "not-mounted"), VTPU_CACHE_KEY=KEY)
+    assert report["generated"] > 0 and report["compiles"] >= 3, report
+    assert report["errors"] >= 1 and any("not-mounted" in w for w in report["warnings"]), report

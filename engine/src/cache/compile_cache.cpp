@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 
 #include "vtpu/cache/disk_tier.h"
@@ -30,7 +31,17 @@ CompileCache::CompileCache(std::vector<std::shared_ptr<CacheTier>> tiers, bool c
 std::unique_ptr<CompileCache> CompileCache::from_env() {
   std::vector<std::shared_ptr<CacheTier>> tiers;
   tiers.push_back(std::make_shared<MemoryTier>());
-  tiers.push_back(std::make_shared<DiskTier>(DiskTier::Options::from_env()));
+  auto disk = std::make_shared<DiskTier>(DiskTier::Options::from_env());
+  if (const char* shared_dir = std::getenv("VTPU_SHARED_CACHE")) {
+    // The disk tier trims and locks its directory its own way; the two tiers
+    // in one directory would delete each other's temporary files.
+    std::error_code ec;
+    if (std::filesystem::equivalent(disk->dir(), shared_dir, ec))
+      throw Error(ErrorKind::kInvalidArgument,
+                  "VTPU_SHARED_CACHE and VTPU_CACHE_DIR name the same directory (" + disk->dir() +
+                      "); the shared tier needs a directory of its own");
+  }
+  tiers.push_back(std::move(disk));
   if (auto shared = SharedTier::from_env()) tiers.push_back(std::move(shared));
   return std::make_unique<CompileCache>(std::move(tiers), cache_only_from_env());
 }
@@ -138,7 +149,12 @@ CacheStats CompileCache::stats() const {
 }
 
 void CompileCache::clear() {
-  for (const auto& tier : tiers_) tier->clear();
+  // The tiers below the build coordinator (the shared tier) are the fleet's,
+  // not this process's to empty.
+  for (const auto& tier : tiers_) {
+    tier->clear();
+    if (tier->coordinates_builds()) break;
+  }
 }
 
 }  // namespace vtpu::cache

@@ -5,10 +5,14 @@
 // One connection per store, opened on first use and reopened after a
 // failure; a mutex serialises requests (the fused window's background
 // compiler and the issuing thread may both look up kernels). Connecting and
-// every request are bounded by the timeout: a dead server must cost a lookup
-// that long at most, never hang a training step (the shared tier also stops
-// asking for a while after a failure). Sends use MSG_NOSIGNAL so a server that
-// closed the connection cannot kill the process with SIGPIPE.
+// each whole request run against one deadline (a server dripping a byte at a
+// time must not stretch it), reply lines are capped and bulk replies are
+// refused above kMaxStoredEntryBytes before anything is allocated: a dead or
+// hostile server costs a lookup the timeout at most, never a hang or the
+// process's memory (the shared tier also stops asking for a while after it
+// fails). Sends use MSG_NOSIGNAL so a server that closed the connection
+// cannot kill the process with SIGPIPE. Host name resolution is the system
+// resolver's and is not bounded by the timeout.
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -17,10 +21,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "posix_file.h"
 #include "vtpu/cache/byte_store.h"
@@ -33,8 +40,25 @@ using runtime::Error;
 using runtime::ErrorKind;
 
 constexpr std::string_view kNamePrefix = "vtpu:entry:";
-// Larger bulk replies are not ours (kernels are kilobytes to a few megabytes).
-constexpr std::int64_t kMaxBulkBytes = std::int64_t{1} << 30;
+constexpr std::int64_t kMaxBulkBytes = static_cast<std::int64_t>(kMaxStoredEntryBytes);
+constexpr std::size_t kMaxLineBytes = 64 * 1024;
+
+using Clock = std::chrono::steady_clock;
+
+// Server bytes in messages: printable ASCII as it is, the rest as \xNN.
+std::string printable(std::string_view bytes) {
+  std::string out;
+  for (unsigned char c : bytes.substr(0, 64)) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
 
 struct Reply {
   char type = 0;  // '+', '-', ':', '$', '*'
@@ -48,17 +72,19 @@ std::int64_t parse_int(std::string_view text, const char* what) {
   std::int64_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size())
-    throw Error(ErrorKind::kRuntime, std::string("malformed ") + what + " in reply: '" + std::string(text) + "'");
+    throw StoreUnavailable(std::string("malformed ") + what + " in reply: '" + printable(text) + "'");
   return value;
 }
 
 class Connection {
  public:
   Connection(const RedisAddress& address, std::chrono::milliseconds timeout) : timeout_(timeout) {
+    deadline_ = Clock::now() + timeout_;
     open(address);
   }
 
   Reply command(std::initializer_list<std::string_view> args) {
+    deadline_ = Clock::now() + timeout_;
     std::string out;
     append_header(out, '*', args.size());
     for (std::string_view arg : args) {
@@ -84,8 +110,9 @@ class Connection {
     addrinfo* found = nullptr;
     const std::string port = std::to_string(address.port);
     if (int rc = ::getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found); rc != 0)
-      throw Error(ErrorKind::kRuntime, std::string("cannot resolve host: ") + ::gai_strerror(rc));
+      throw StoreUnavailable(std::string("cannot resolve host: ") + ::gai_strerror(rc));
     std::string last_error = "no address";
+    // Every address tried shares the one deadline.
     for (addrinfo* ai = found; ai != nullptr && !fd_.valid(); ai = ai->ai_next) {
       detail::Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
       if (!fd.valid()) {
@@ -97,14 +124,12 @@ class Connection {
           last_error = std::strerror(errno);
           continue;
         }
-        pollfd p{fd.get(), POLLOUT, 0};
-        const int ready = ::poll(&p, 1, static_cast<int>(timeout_.count()));
-        int so_error = 0;
-        socklen_t len = sizeof(so_error);
-        if (ready <= 0) {
-          last_error = ready == 0 ? "connection timed out" : std::strerror(errno);
+        if (!wait_for(fd.get(), POLLOUT)) {
+          last_error = "connection timed out";
           continue;
         }
+        int so_error = 0;
+        socklen_t len = sizeof(so_error);
         if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so_error, &len) != 0 || so_error != 0) {
           last_error = std::strerror(so_error != 0 ? so_error : errno);
           continue;
@@ -113,15 +138,9 @@ class Connection {
       fd_ = std::move(fd);
     }
     ::freeaddrinfo(found);
-    if (!fd_.valid()) throw Error(ErrorKind::kRuntime, "cannot connect: " + last_error);
-    // Blocking from here on, each send/recv bounded by the timeout.
-    const int flags = ::fcntl(fd_.get(), F_GETFL);
-    ::fcntl(fd_.get(), F_SETFL, flags & ~O_NONBLOCK);
-    timeval tv{};
-    tv.tv_sec = static_cast<time_t>(timeout_.count() / 1000);
-    tv.tv_usec = static_cast<suseconds_t>((timeout_.count() % 1000) * 1000);
-    ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    ::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (!fd_.valid()) throw StoreUnavailable("cannot connect: " + last_error);
+    // The socket stays non-blocking: every send and receive waits in poll()
+    // for what is left of the request's deadline.
     const int one = 1;
     ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (!address.password.empty()) {
@@ -132,48 +151,70 @@ class Connection {
     if (address.database != 0) expect_ok(command({"SELECT", std::to_string(address.database)}), "SELECT");
   }
 
+  // A refused AUTH or SELECT makes the whole store unusable.
   static void expect_ok(const Reply& reply, const char* what) {
-    if (reply.type == '-') throw Error(ErrorKind::kRuntime, std::string(what) + " refused: " + reply.text);
+    if (reply.type == '-') throw StoreUnavailable(std::string(what) + " refused: " + printable(reply.text));
+  }
+
+  // Waits for `events` on `fd` until the deadline; false when it passed.
+  bool wait_for(int fd, short events) const {
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+      if (left <= 0) return false;
+      pollfd p{fd, events, 0};
+      const int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+      if (ready > 0) return true;
+      if (ready < 0 && errno != EINTR) throw StoreUnavailable(std::string("poll: ") + std::strerror(errno));
+    }
   }
 
   void send_all(std::string_view bytes) {
     while (!bytes.empty()) {
       const ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        bytes.remove_prefix(static_cast<std::size_t>(n));
+        continue;
+      }
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) throw io_error("send");
-      bytes.remove_prefix(static_cast<std::size_t>(n));
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!wait_for(fd_.get(), POLLOUT)) throw StoreUnavailable("send: timed out");
+        continue;
+      }
+      throw StoreUnavailable(std::string("send: ") + std::strerror(errno));
     }
   }
 
-  Error io_error(const char* what) const {
-    const int err = errno;
-    return Error(ErrorKind::kRuntime, std::string(what) + ": " +
-                                          (err == EAGAIN || err == EWOULDBLOCK ? std::string("timed out")
-                                                                               : std::string(std::strerror(err))));
-  }
-
-  // More bytes from the socket into buffer_; throws on EOF, error or timeout.
+  // More bytes from the socket into buffer_, within the deadline.
   void fill() {
     char chunk[65536];
     for (;;) {
       const ssize_t n = ::recv(fd_.get(), chunk, sizeof(chunk), 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n == 0) throw Error(ErrorKind::kRuntime, "the server closed the connection");
-      if (n < 0) throw io_error("receive");
-      buffer_.append(chunk, static_cast<std::size_t>(n));
-      return;
+      if (n > 0) {
+        buffer_.append(chunk, static_cast<std::size_t>(n));
+        return;
+      }
+      if (n == 0) throw StoreUnavailable("the server closed the connection");
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) throw StoreUnavailable(std::string("receive: ") + std::strerror(errno));
+      if (!wait_for(fd_.get(), POLLIN)) throw StoreUnavailable("receive: timed out");
     }
   }
 
   std::string read_line() {
+    std::size_t scanned = pos_;  // resume the search where it stopped: no rescans
     for (;;) {
-      const std::size_t end = buffer_.find("\r\n", pos_);
+      const std::size_t end = buffer_.find("\r\n", scanned);
       if (end != std::string::npos) {
+        if (end - pos_ > kMaxLineBytes) throw StoreUnavailable("reply line too long");
         std::string line = buffer_.substr(pos_, end - pos_);
         pos_ = end + 2;
         return line;
       }
+      if (buffer_.size() - pos_ > kMaxLineBytes) throw StoreUnavailable("reply line too long");
+      // Resume at the last byte held: a CR there may pair with an LF to come.
+      const std::size_t pending = buffer_.size() - pos_;
       compact();
+      scanned = pending > 0 ? pending - 1 : 0;
       fill();
     }
   }
@@ -184,7 +225,7 @@ class Connection {
       fill();
     }
     if (buffer_.compare(pos_ + size, 2, "\r\n") != 0)
-      throw Error(ErrorKind::kRuntime, "malformed bulk reply (no CRLF after the payload)");
+      throw StoreUnavailable("malformed bulk reply (no CRLF after the payload)");
     std::string out = buffer_.substr(pos_, size);
     pos_ += size + 2;
     return out;
@@ -196,9 +237,9 @@ class Connection {
   }
 
   Reply read_reply(int depth) {
-    if (depth > 4) throw Error(ErrorKind::kRuntime, "reply nested too deeply");
+    if (depth > 4) throw StoreUnavailable("reply nested too deeply");
     const std::string line = read_line();
-    if (line.empty()) throw Error(ErrorKind::kRuntime, "empty reply line");
+    if (line.empty()) throw StoreUnavailable("empty reply line");
     Reply r;
     r.type = line[0];
     const std::string_view rest = std::string_view(line).substr(1);
@@ -216,7 +257,7 @@ class Connection {
           r.nil = true;
           return r;
         }
-        if (size < 0 || size > kMaxBulkBytes) throw Error(ErrorKind::kRuntime, "bulk length out of range");
+        if (size < 0 || size > kMaxBulkBytes) throw StoreUnavailable("bulk length out of range: " + std::to_string(size));
         r.text = read_exact(static_cast<std::size_t>(size));
         return r;
       }
@@ -226,16 +267,17 @@ class Connection {
           r.nil = true;
           return r;
         }
-        if (count < 0 || count > 1'000'000) throw Error(ErrorKind::kRuntime, "array length out of range");
+        if (count < 0 || count > 1'000'000) throw StoreUnavailable("array length out of range");
         for (std::int64_t i = 0; i < count; ++i) r.elements.push_back(read_reply(depth + 1));
         return r;
       }
       default:
-        throw Error(ErrorKind::kRuntime, "unknown reply type '" + std::string(1, r.type) + "'");
+        throw StoreUnavailable("unknown reply type '" + printable(std::string_view(&r.type, 1)) + "'");
     }
   }
 
   std::chrono::milliseconds timeout_;
+  Clock::time_point deadline_;
   detail::Fd fd_;
   std::string buffer_;
   std::size_t pos_ = 0;
@@ -283,20 +325,27 @@ class RedisStore final : public ByteStore {
  private:
   Reply request(std::initializer_list<std::string_view> args) {
     std::lock_guard<std::mutex> lock(mutex_);
+    Reply r;
     try {
       if (!connection_) connection_ = std::make_unique<Connection>(address_, timeout_);
-      Reply r = connection_->command(args);
-      if (r.type == '-') throw Error(ErrorKind::kRuntime, "server error: " + r.text);
-      return r;
-    } catch (const Error& e) {
+      r = connection_->command(args);
+    } catch (const StoreUnavailable& e) {
       connection_.reset();  // the stream may be mid-reply: start over next time
-      throw Error(ErrorKind::kRuntime, "[compile cache] shared tier " + describe() + ": " + e.what());
+      throw StoreUnavailable("[compile cache] shared tier " + describe() + ": " + e.what());
+    } catch (const std::exception& e) {
+      connection_.reset();
+      throw StoreUnavailable("[compile cache] shared tier " + describe() + ": " + e.what());
     }
+    // The server refused this request (a key of another type, ...): about
+    // this key only, the connection stays usable.
+    if (r.type == '-') throw Error(ErrorKind::kRuntime, "[compile cache] shared tier " + describe() +
+                                                            ": server error: " + printable(r.text));
+    return r;
   }
 
   Error unexpected(const char* command, const Reply& r) const {
     return Error(ErrorKind::kRuntime, "[compile cache] shared tier " + describe() + ": unexpected reply to " +
-                                          command + " (type '" + std::string(1, r.type) + "')");
+                                          command + " (type '" + printable(std::string_view(&r.type, 1)) + "')");
   }
 
   const RedisAddress address_;
@@ -307,9 +356,41 @@ class RedisStore final : public ByteStore {
 
 }  // namespace
 
+namespace {
+
+// RFC 3986 percent-decoding of URL credentials ("p%40ss" is "p@ss").
+std::optional<std::string> percent_decoded(std::string_view text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out.push_back(text[i]);
+      continue;
+    }
+    unsigned value = 0;
+    if (i + 2 >= text.size()) return std::nullopt;  // needs two hex digits after '%'
+    auto [end, ec] = std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16);
+    if (ec != std::errc() || end != text.data() + i + 3) return std::nullopt;
+    out.push_back(static_cast<char>(value));
+    i += 2;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string redact_url(std::string_view url) {
+  const auto scheme = url.find("://");
+  const auto at = url.rfind('@');
+  if (scheme == std::string_view::npos || at == std::string_view::npos || at < scheme) return std::string(url);
+  const std::string_view userinfo = url.substr(scheme + 3, at - scheme - 3);
+  const auto colon = userinfo.find(':');
+  if (colon == std::string_view::npos) return std::string(url);
+  return std::string(url.substr(0, scheme + 3 + colon + 1)) + "***" + std::string(url.substr(at));
+}
+
 RedisAddress RedisAddress::parse(std::string_view url) {
   const auto invalid = [&](const std::string& why) {
-    return Error(ErrorKind::kInvalidArgument, "VTPU_SHARED_CACHE: '" + std::string(url) + "': " + why +
+    return Error(ErrorKind::kInvalidArgument, "VTPU_SHARED_CACHE: '" + redact_url(url) + "': " + why +
                                                   " (expected redis://[[user]:password@]host[:port][/db])");
   };
   constexpr std::string_view kScheme = "redis://";
@@ -322,8 +403,11 @@ RedisAddress RedisAddress::parse(std::string_view url) {
     rest = rest.substr(at + 1);
     const auto colon = userinfo.find(':');
     if (colon == std::string_view::npos) throw invalid("credentials need a ':' before the password");
-    a.user = userinfo.substr(0, colon);
-    a.password = userinfo.substr(colon + 1);
+    const auto user = percent_decoded(userinfo.substr(0, colon));
+    const auto password = percent_decoded(userinfo.substr(colon + 1));
+    if (!user || !password) throw invalid("malformed %-escape in the credentials");
+    a.user = *user;
+    a.password = *password;
     if (a.password.empty()) throw invalid("empty password");
   }
   if (const auto slash = rest.find('/'); slash != std::string_view::npos) {

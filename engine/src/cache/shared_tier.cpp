@@ -111,16 +111,21 @@ std::optional<Entry> SharedTier::open(const Key& key, std::span<const std::uint8
 
 bool SharedTier::store_resting() const { return now_ns() < resting_until_ns_.load(std::memory_order_relaxed); }
 
-void SharedTier::note_failure(const std::exception& e) {
+void SharedTier::note_failure(const std::exception& e, bool store_down) {
   errors_.fetch_add(1, std::memory_order_relaxed);
-  resting_until_ns_.store(now_ns() + std::chrono::nanoseconds(options_.retry_after).count(),
-                          std::memory_order_relaxed);
+  if (store_down)
+    resting_until_ns_.store(now_ns() + std::chrono::nanoseconds(options_.retry_after).count(),
+                            std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(error_mutex_);
     last_error_ = e.what();
   }
   notice_once(failure_noticed_, std::string("the shared compile cache (") + store_->describe() +
-                                    ") failed, kernels are compiled locally meanwhile: " + e.what());
+                                    ") failed; lookups go on without it" +
+                                    (store_down ? " (asked again in " +
+                                                      std::to_string(options_.retry_after.count() / 1000) + " s)"
+                                                : std::string()) +
+                                    ": " + e.what());
 }
 
 void SharedTier::notice_once(std::atomic<bool>& flag, const std::string& message) {
@@ -137,8 +142,10 @@ std::shared_ptr<const Entry> SharedTier::get(const Key& key) {
   if (!store_resting()) {
     try {
       bytes = store_->fetch(key.hex());
+    } catch (const StoreUnavailable& e) {
+      note_failure(e, /*store_down=*/true);
     } catch (const std::exception& e) {
-      note_failure(e);
+      note_failure(e, /*store_down=*/false);  // this entry only: the next key is asked
     }
   }
   if (!bytes) {
@@ -146,14 +153,14 @@ std::shared_ptr<const Entry> SharedTier::get(const Key& key) {
     return nullptr;
   }
   bool refused = false;
-  std::optional<Entry> entry = open(key, *bytes, &refused);
+  std::string why;
+  std::optional<Entry> entry = open(key, *bytes, &refused, &why);
   if (!entry) {
     (refused ? refused_ : corrupt_).fetch_add(1, std::memory_order_relaxed);
     if (refused)
-      notice_once(refusal_noticed_, "the shared compile cache (" + store_->describe() + ") holds kernel " +
-                                        key.hex() +
-                                        " signed with another key; it was not loaded (is VTPU_CACHE_KEY the same "
-                                        "on every server?)");
+      notice_once(refusal_noticed_, "the shared compile cache (" + store_->describe() + ") holds an entry for kernel " +
+                                        key.hex() + " that was refused (" + why +
+                                        "); it was not loaded (is VTPU_CACHE_KEY the same on every server?)");
     misses_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
@@ -167,8 +174,11 @@ void SharedTier::put(const Key& key, std::shared_ptr<const Entry> entry) {
   if (store_resting()) return;
   try {
     store_->store(key.hex(), seal(key, *entry));
+  } catch (const StoreUnavailable& e) {
+    note_failure(e, /*store_down=*/true);
   } catch (const std::exception& e) {
-    note_failure(e);
+    // A read-only mount, a full disk: gets still work, so keep asking.
+    note_failure(e, /*store_down=*/false);
   }
 }
 

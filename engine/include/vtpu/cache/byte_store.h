@@ -3,8 +3,12 @@
 // opaque byte strings under names; signing and verifying them is the shared
 // tier's job (shared_tier.h), so nothing fetched from a store is trusted.
 //
-// Every method may throw runtime::Error(kRuntime) when the store cannot be
-// reached or refuses the request; the shared tier turns that into a miss.
+// Every method may throw StoreUnavailable when the store as a whole cannot be
+// used (unreachable, timed out, not mounted, refused our credentials): the
+// shared tier then rests. Any other runtime::Error is about one entry or one
+// request (a name that is not a regular file, a read-only mount refusing a
+// write, a Redis key of another type): counted, and the store is asked again
+// for the next key. Either way the lookup is a miss, never a failure.
 #pragma once
 
 #include <chrono>
@@ -16,7 +20,18 @@
 #include <string_view>
 #include <vector>
 
+#include "vtpu/runtime/error.h"
+
 namespace vtpu::cache {
+
+// Kernels are kilobytes to a few megabytes; anything a store offers beyond
+// this is refused before it is read (a special file, a hostile server).
+inline constexpr std::size_t kMaxStoredEntryBytes = std::size_t{64} << 20;
+
+class StoreUnavailable : public runtime::Error {
+ public:
+  explicit StoreUnavailable(const std::string& message) : runtime::Error(runtime::ErrorKind::kRuntime, message) {}
+};
 
 struct StoreUsage {
   bool counted = false;  // false when the store cannot tell cheaply (Redis)
@@ -46,8 +61,9 @@ class ByteStore {
   virtual StoreUsage usage() = 0;
 };
 
-// Names are "<32 hex>.vtpu" files in `dir`, which must exist (a shared mount
-// is the administrator's to create). Throws Error(kInvalidArgument) otherwise.
+// Names are "<32 hex>.vtpu" files in `dir`. A directory that does not exist
+// (yet: a mount that comes later) makes requests throw StoreUnavailable, as
+// an unreachable server does. Throws Error(kInvalidArgument) for an empty path.
 std::unique_ptr<ByteStore> open_directory_store(const std::string& dir);
 
 struct RedisAddress {
@@ -57,14 +73,18 @@ struct RedisAddress {
   std::string password;  // empty: no AUTH
   int database = 0;
 
-  // "redis://[[user]:password@]host[:port][/db]". Throws Error(kInvalidArgument)
-  // naming what is wrong (TLS "rediss://" is not supported).
+  // "redis://[[user]:password@]host[:port][/db]", user and password
+  // percent-decoded. Throws Error(kInvalidArgument) naming what is wrong, with
+  // the password masked (TLS "rediss://" is not supported).
   static RedisAddress parse(std::string_view url);
   std::string describe() const;  // without the password
 };
 
-// Connects lazily, on the first request; `timeout` bounds connecting and
-// each request. Values are stored under "vtpu:entry:<name>".
+// `url` with any password replaced by "***", for messages.
+std::string redact_url(std::string_view url);
+
+// Connects lazily, on the first request; `timeout` bounds connecting and each
+// whole request (not each read). Values are stored under "vtpu:entry:<name>".
 std::unique_ptr<ByteStore> open_redis_store(RedisAddress address, std::chrono::milliseconds timeout);
 
 }  // namespace vtpu::cache

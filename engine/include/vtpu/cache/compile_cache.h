@@ -72,7 +72,8 @@ class CompileCache {
 
   CacheStats stats() const;
 
-  // Empties every tier. Counters are kept (they describe this process).
+  // Empties the local tiers (up to the disk tier; the shared tier is the
+  // fleet's). Counters are kept (they describe this process).
   void clear();
 
   bool cache_only() const noexcept { return cache_only_; }

@@ -14,10 +14,12 @@
 // The key hex is signed too (and encode_entry repeats it), so a valid entry
 // copied under another key's name is refused as well.
 //
-// The store being unreachable never fails a lookup or a build: the tier
-// counts the error, answers "miss" and leaves the store alone for
-// `retry_after` before asking again, so a dead server costs one timeout per
-// interval, not one per kernel.
+// The store failing never fails a lookup or a build: the tier counts the
+// error and answers "miss". When the store as a whole is unavailable
+// (StoreUnavailable: unreachable, timed out, not mounted) it is left alone for
+// `retry_after` before it is asked again, so a dead server costs one timeout
+// per interval, not one per kernel; a failure about one entry or one write (a
+// read-only mount, a key of another type) leaves it in use.
 #pragma once
 
 #include <atomic>
@@ -85,7 +87,7 @@ class SharedTier final : public CacheTier {
 
  private:
   bool store_resting() const;
-  void note_failure(const std::exception& e);
+  void note_failure(const std::exception& e, bool store_down);
   void notice_once(std::atomic<bool>& flag, const std::string& message);
 
   const std::unique_ptr<ByteStore> store_;

@@ -17,6 +17,8 @@ namespace vtpu::bridge {
 constexpr c10::DeviceType kVtpu = c10::DeviceType::PrivateUse1;
 
 c10::Allocator* device_allocator();
+// Whether this process ever asked for device memory (so ever made a vtpu tensor).
+bool device_memory_ever_requested();
 
 // A new vtpu tensor; memory comes from the engine's caching allocator.
 at::Tensor empty_device(c10::IntArrayRef sizes, c10::ScalarType dtype,

@@ -14,10 +14,17 @@
 #include "device_context.h"
 #include "vtpu/runtime/error.h"
 
+#include <atomic>
+
 namespace vtpu::bridge {
 namespace {
 
 void free_device_memory(void* ptr) { DeviceContext::get().allocator().deallocate(ptr); }
+
+// Set by the first request for device memory (of any size: an empty tensor
+// asks too), never cleared: every vtpu tensor, hence every vtpu backward,
+// passes here first.
+std::atomic<bool> g_device_memory_requested{false};
 
 void check_device_index(c10::DeviceIndex device) {
   TORCH_CHECK(device == 0 || device == -1, "vtpu: invalid device index ",
@@ -35,6 +42,8 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     void* ptr = nullptr;
     check_not_in_forked_child();
+    if (!g_device_memory_requested.load(std::memory_order_relaxed))
+      g_device_memory_requested.store(true, std::memory_order_relaxed);
     try {
       ptr = DeviceContext::get().allocator().allocate(nbytes);
     } catch (const runtime::OutOfMemoryError& e) {
@@ -111,6 +120,8 @@ DeviceAllocator g_device_allocator;
 }  // namespace
 
 c10::Allocator* device_allocator() { return &g_device_allocator; }
+
+bool device_memory_ever_requested() { return g_device_memory_requested.load(std::memory_order_relaxed); }
 
 // Registered at load time, before any vtpu tensor can exist.
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_device_allocator);

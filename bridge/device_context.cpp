@@ -114,8 +114,21 @@ void Metrics::reset() {
 
 void set_worker_start_hook(std::function<void()> hook) { worker_start_hook() = std::move(hook); }
 
+namespace {
+// A malformed VTPU_MEMORY_LIMIT is said once and the default capacity used:
+// the context is made while `import torch` autoloads the backend.
+std::size_t initial_capacity() {
+  std::string ignored;
+  const std::size_t capacity = runtime::default_device_capacity(0.8, &ignored);
+  if (!ignored.empty())
+    TORCH_WARN(ignored, "; using the default capacity, 80% of host memory (",
+               capacity >> 20, " MiB). Sizes look like 8GiB, 512MB or 1073741824.");
+  return capacity;
+}
+}  // namespace
+
 DeviceContext::DeviceContext()
-    : allocator_(runtime::default_device_capacity()),
+    : allocator_(initial_capacity()),
       mode_(initial_mode()),
       stream_(std::make_unique<runtime::Stream>([] {
         if (worker_start_hook()) worker_start_hook()();

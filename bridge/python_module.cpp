@@ -245,6 +245,7 @@ PYBIND11_MODULE(_C, m) {
   // Called at interpreter exit: finish queued work while everything it uses
   // still exists; errors nobody asked for any more are dropped, not raised.
   m.def("_in_forked_child", [] { return in_forked_child(); });
+  m.def("_device_was_used", [] { return device_memory_ever_requested(); });
   m.def("_shutdown", [] {
     if (in_forked_child()) return;  // no worker to wait for; the parent owns the device
     py::gil_scoped_release no_gil;

@@ -93,7 +93,12 @@ def _shutdown() -> None:
         return
     _report_unraised_error()
     debug._uninstall_checker()  # its dispatch mode is a Python object in autograd's TLS copy
-    _drain_autograd_device_thread()
+    # Only a process that made vtpu tensors can have run a vtpu backward. Every
+    # `import torch` autoloads this package: a program that never used the
+    # device must not run device work at its exit (it compiled a kernel into
+    # VTPU_CACHE_DIR, or warned about an unusable cache, in every PyTorch program).
+    if _C._device_was_used():
+        _drain_autograd_device_thread()
     _C._shutdown()
 
 

@@ -12,7 +12,6 @@ import argparse
 import importlib
 import os
 import re
-import shutil
 import stat
 import sys
 from pathlib import Path
@@ -56,7 +55,7 @@ def _format_bytes(n: int) -> str:
 
 def _redacted(url: str) -> str:
     """``url`` with a password replaced by ``***`` (redis://user:secret@host -> redis://user:***@host)."""
-    return re.sub(r"^([a-z]+://[^:@/]*:)[^@]*@", r"\1***@", url)
+    return re.sub(r"^([a-z]+://[^:@/]*:)[^/]*@", r"\1***@", url)
 
 
 def cmd_info(_: argparse.Namespace) -> int:
@@ -96,23 +95,38 @@ def cmd_cache(args: argparse.Namespace) -> int:
             print("note         empty: kernels outside the ahead-of-time library are cached here on first use")
         return _print_shared_tier()
 
-    # clear: delete what is inside the directory, never the directory itself, and
-    # refuse paths that are obviously not a cache (a mistyped VTPU_CACHE_DIR).
+    # clear: delete the cache's own files, nothing else, and never the directory itself.
+    # A mistyped VTPU_CACHE_DIR can name any directory: a cache is flat and holds only
+    # the files the disk tier writes, so anything else there means it is not one.
     if not path.is_dir():
-        print(f"nothing to clear: {path} does not exist")
+        print(f"nothing to clear: {path} does not exist" if not path.exists()
+              else f"nothing to clear: {path} is not a directory")
         return 0
     resolved = path.resolve()
-    if resolved == Path(resolved.anchor) or resolved == Path.home().resolve():
-        print(f"refusing to clear {resolved}: it is not a cache directory", file=sys.stderr)
+    children = sorted(resolved.iterdir())
+    foreign = [child.name for child in children if not _is_cache_file(child)]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        print(f"refusing to clear {resolved}: it holds files that are not compile-cache entries ({shown}); "
+              "is VTPU_CACHE_DIR right?", file=sys.stderr)
         return 2
     entries, size = cache_usage(resolved)
-    for child in resolved.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        else:
+    for child in children:
+        try:
             child.unlink()
+        except FileNotFoundError:
+            pass  # another process evicted it meanwhile
     print(f"cleared {path}: removed {entries} entries, {_format_bytes(size)}")
     return 0
+
+
+_CACHE_FILE = re.compile(r"^(?:[0-9a-f]{32}\.(?:entry|lock)|\.tmp\.[0-9a-f]{32}\..+|\.trim\.lock)$")
+
+
+def _is_cache_file(child: Path) -> bool:
+    """A file the disk tier writes (engine/include/vtpu/cache/disk_tier.h: `<key>.entry`,
+    `<key>.lock`, `.tmp.<key>.*`, `.trim.lock`), as a plain file, not a link or directory."""
+    return bool(_CACHE_FILE.match(child.name)) and child.is_file() and not child.is_symlink()
 
 
 def _print_shared_tier() -> int:

@@ -9,6 +9,7 @@ import time
 from typing import Callable, Dict, List
 
 import torch
+from torch_vtpu._arguments import non_negative_int, positive_int
 
 
 def _chain(device: str, ops: int, numel: int) -> Callable[[], float]:
@@ -46,10 +47,10 @@ def measure(ops: int = 10_000, numel: int = 16, repeats: int = 7) -> Dict[str, L
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--ops", type=int, default=10_000)
-    parser.add_argument("--numel", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser = argparse.ArgumentParser(prog="python -m torch_vtpu bench", description=__doc__)
+    parser.add_argument("--ops", type=positive_int, default=10_000, help="adds per timed chain (default 10000)")
+    parser.add_argument("--numel", type=non_negative_int, default=16, help="elements per tensor (default 16)")
+    parser.add_argument("--repeats", type=positive_int, default=7, help="timed chains per mode (default 7)")
     args = parser.parse_args(argv)
     results = measure(args.ops, args.numel, args.repeats)
     cpu = statistics.median(results["cpu"])

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 import torch_vtpu
 from torch_vtpu.models import Qwen3Mini, Qwen3MiniConfig, generate_greedy
+from torch_vtpu._arguments import positive_seconds
 
 CORPUS = "tiny_corpus.txt"
 # Training window. Rotary positions beyond it are never seen in training, so a sample
@@ -193,7 +194,7 @@ def _report(result: TrainResult, out: Callable[[str], None]) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torch_vtpu demo", description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--seconds", type=float, default=90.0, help="total time budget (default 90)")
+    parser.add_argument("--seconds", type=positive_seconds, default=90.0, help="total time budget (default 90)")
     parser.add_argument("--no-debug", action="store_true", help="skip the short debug-mode run")
     parser.add_argument("--no-cpu", action="store_true", help="skip the stock-CPU comparison run")
     parser.add_argument("--prompt", default="The river ", help="prompt for the generated sample")

@@ -14,7 +14,9 @@
 
 #include "vtpu/cache/disk_tier.h"
 #include "vtpu/cache/memory_tier.h"
+#include "vtpu/compiler/system_compiler.h"
 #include "vtpu/ir/graph.h"
+#include "vtpu/runtime/error.h"
 
 namespace vtpu::compiler {
 namespace {
@@ -44,6 +46,19 @@ void run_add(VtpuKernelFn fn, std::vector<float>& out, std::vector<float>& a, st
   }
   VtpuLaunchArgs launch{kLaunchAbiVersion, 1, 3, args, nullptr, nullptr, nullptr, nullptr};
   fn(&launch);
+}
+
+TEST(SystemCompilerTest, ACompilerThatWritesNothingIsAnErrorNotACacheEntry) {
+  // VTPU_CXX=/bin/true "compiled" 186-byte entries into the cache, and every later
+  // process failed to load them with no word of the compiler (found by a review).
+  if (!std::filesystem::exists("/bin/true")) GTEST_SKIP() << "/bin/true is not here";
+  SystemCompiler fake("/bin/true");
+  try {
+    fake.compile("extern \"C\" void f() {}");
+    FAIL() << "an empty output was accepted";
+  } catch (const runtime::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("VTPU_CXX"), std::string::npos) << e.what();
+  }
 }
 
 TEST(KernelProviderTest, CompilesOnceThenServesFromMemoryAndDisk) {

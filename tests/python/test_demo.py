@@ -109,7 +109,49 @@ def test_cli_cache_clear_refuses_home(monkeypatch, capsys):
     assert "refusing" in capsys.readouterr().err
 
 
+def test_cli_cache_clear_refuses_a_directory_that_is_not_a_cache(tmp_path, monkeypatch, capsys):
+    # A mistyped VTPU_CACHE_DIR emptied whatever directory it named (found by a review).
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "README.txt").write_text("keep me")
+    (project / ("c" * 32 + ".entry")).write_bytes(b"z")
+    monkeypatch.setenv("VTPU_CACHE_DIR", str(project))
+    assert cli.main(["cache", "clear"]) == 2
+    err = capsys.readouterr().err
+    assert "refusing" in err and "README.txt" in err and "src" in err
+    assert (project / "README.txt").read_text() == "keep me" and (project / "src").is_dir()
+    assert (project / ("c" * 32 + ".entry")).exists()
+    # A link under an entry's name is not the cache's either.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / ("d" * 32 + ".entry")).symlink_to(project / "README.txt")
+    monkeypatch.setenv("VTPU_CACHE_DIR", str(cache))
+    assert cli.main(["cache", "clear"]) == 2
+    assert (project / "README.txt").exists()
+
+
+def test_cli_info_masks_a_password_with_an_at_sign():
+    env = dict(os.environ, VTPU_SHARED_CACHE="redis://u:s3cr3t@pw@127.0.0.1:1/0", VTPU_CACHE_KEY="k" * 20,
+               VTPU_SHARED_CACHE_TIMEOUT="0.2")
+    proc = subprocess.run([sys.executable, "-m", "torch_vtpu", "info"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "s3cr3t" not in proc.stdout + proc.stderr and "redis://u:***@127.0.0.1:1/0" in proc.stdout, proc.stdout
+
+
 def test_cli_requires_a_command(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main([])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("argv", [["demo", "--seconds", "nan"], ["demo", "--seconds", "0"], ["demo", "--seconds", "-1"],
+                                  ["bench", "--ops", "0"], ["bench", "--ops", "-5"], ["bench", "--repeats", "0"],
+                                  ["bench", "--numel", "-1"], ["bench", "--ops", "x"]])
+def test_cli_tools_refuse_bad_values_as_usage_errors(argv, capsys):
+    # `--seconds nan` trained forever, `--seconds 0` ended in an IndexError, `--ops 0`
+    # in a ZeroDivisionError and `--ops -5` printed negative timings (found by a review).
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    assert argv[1] in capsys.readouterr().err

@@ -144,3 +144,51 @@ def test_memory_stats_have_cudas_names_and_the_oom_message_says_where_the_capaci
             [torch.empty(100_000, device="vtpu") for _ in range(8)]
     finally:
         torch.vtpu.set_memory_limit(limit)
+
+
+def test_a_program_that_never_uses_the_device_leaves_the_cache_alone(tmp_path):
+    # Every `import torch` autoloads torch_vtpu; its exit handler ran a tiny vtpu
+    # backward in every process, compiling a kernel into VTPU_CACHE_DIR (and warning
+    # about an unusable cache in programs that never touched vtpu). Found by a review.
+    cache = tmp_path / "cache"
+    env = dict(os.environ, VTPU_CACHE_DIR=str(cache), VTPU_AOT_KERNELS="0", VTPU_CACHE_ONLY="1")
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.ones(2).sum().item())"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "2.0" in out.stdout, out.stderr[-2000:]
+    assert not cache.exists(), sorted(p.name for p in cache.iterdir())
+    assert "cache-only" not in out.stderr and "Warning" not in out.stderr, out.stderr[-2000:]
+    # A program that does use it still exits cleanly after a backward on the device.
+    used = subprocess.run([sys.executable, "-c", "import torch, torch_vtpu\n"
+                           "x = torch.ones(3, device='vtpu', requires_grad=True)\n"
+                           "(x * 2).sum().backward()\n"
+                           "print(torch_vtpu._C._device_was_used(), x.grad.sum().item())"],
+                          env=dict(os.environ, VTPU_CACHE_DIR=str(tmp_path / "used")), capture_output=True,
+                          text=True, timeout=120)
+    assert used.returncode == 0 and "True 6.0" in used.stdout, used.stderr[-2000:]
+
+
+@pytest.mark.parametrize("limit", ["1e3", "-1", "abc", "1GiBB"])
+def test_a_malformed_memory_limit_is_said_and_the_default_used(limit):
+    # `import torch` itself failed ("Failed to load the backend extension"), in every
+    # PyTorch program on the machine, without naming the variable.
+    env = dict(os.environ, VTPU_MEMORY_LIMIT=limit)
+    program = ("import torch\n"
+               "print((torch.ones(3, device='vtpu') * 2).sum().item(), torch.vtpu.mem_get_info()[1] > 2**30)")
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "6.0 True" in out.stdout
+    assert "VTPU_MEMORY_LIMIT" in out.stderr and "default capacity" in out.stderr, out.stderr[-2000:]
+    assert "never raised" not in out.stderr and "Exception ignored" not in out.stderr, out.stderr[-2000:]
+
+
+def test_a_cache_directory_starting_with_a_tilde_is_under_home(tmp_path):
+    # Passed unexpanded (a service file, an .env file): the engine made "./~/x".
+    work = tmp_path / "work"
+    work.mkdir()
+    env = dict(os.environ, HOME=str(tmp_path), VTPU_CACHE_DIR="~/vtpu-cache", VTPU_AOT_KERNELS="0")
+    program = "import torch\nprint((torch.ones(5, device='vtpu').exp() * 3).sum().item())"
+    out = subprocess.run([sys.executable, "-c", program], env=env, cwd=work, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert not (work / "~").exists()
+    assert any(p.name.endswith(".entry") for p in (tmp_path / "vtpu-cache").iterdir())

@@ -99,6 +99,9 @@ DiskTier::Options DiskTier::Options::from_env() {
   Options options;
   options.dir = env_or_empty("VTPU_CACHE_DIR");
   if (options.dir.empty()) options.dir = home_dir() + "/.cache/vtpu";
+  // "~/x" as a service file or .env passes it (no shell to expand it): the
+  // user's home, as `python -m torch_vtpu cache` reads it too, not "./~/x".
+  if (options.dir == "~" || options.dir.starts_with("~/")) options.dir = home_dir() + options.dir.substr(1);
   if (auto text = env_or_empty("VTPU_CACHE_MAX_BYTES"); !text.empty()) {
     try {
       options.max_bytes = runtime::parse_memory_size(text);

@@ -1,6 +1,7 @@
 #include "vtpu/compiler/system_compiler.h"
 
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -64,7 +65,16 @@ std::vector<std::uint8_t> SystemCompiler::compile(const std::string& source) con
   argv.insert(argv.end(), {source_path.string(), "-o", object_path.string()});
   detail::run_compiler(argv, log, executable_);
   std::ifstream in(object_path, std::ios::binary);
-  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), {});
+  std::vector<std::uint8_t> object(std::istreambuf_iterator<char>(in), {});
+  // A "compiler" that exits 0 without writing a shared object (VTPU_CXX=/bin/true)
+  // must not put something unloadable into the cache, where every later process
+  // would fail to load it with no hint of the compiler.
+  static constexpr std::uint8_t kElfMagic[] = {0x7f, 'E', 'L', 'F'};
+  if (object.size() < sizeof(kElfMagic) || !std::equal(std::begin(kElfMagic), std::end(kElfMagic), object.begin()))
+    throw Error(ErrorKind::kRuntime, "[compiler] '" + executable_ + "' exited successfully but wrote no shared "
+                                     "object (" + std::to_string(object.size()) +
+                                     " bytes); set VTPU_CXX to a working C++ compiler");
+  return object;
 }
 
 }  // namespace vtpu::compiler

@@ -62,10 +62,18 @@ std::size_t physical_memory_bytes() {
   return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page_size);
 }
 
-std::size_t default_device_capacity(double default_fraction) {
-  if (const char* env = std::getenv("VTPU_MEMORY_LIMIT"); env != nullptr && *env != '\0')
+std::size_t default_device_capacity(double default_fraction, std::string* ignored_setting) {
+  const auto fallback = static_cast<std::size_t>(static_cast<double>(physical_memory_bytes()) * default_fraction);
+  const char* env = std::getenv("VTPU_MEMORY_LIMIT");
+  if (env == nullptr || *env == '\0') return fallback;
+  try {
     return parse_memory_size(env);
-  return static_cast<std::size_t>(static_cast<double>(physical_memory_bytes()) * default_fraction);
+  } catch (const Error& e) {
+    const std::string why = std::string("VTPU_MEMORY_LIMIT: ") + e.what();
+    if (ignored_setting == nullptr) throw Error(ErrorKind::kInvalidArgument, why);
+    *ignored_setting = why;
+    return fallback;
+  }
 }
 
 }  // namespace vtpu::runtime

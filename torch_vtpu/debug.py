@@ -43,13 +43,36 @@ class AlignmentWarning(UserWarning):
 
 
 def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value not in ("", "0", "false", "no", "off"):
+        warnings.warn(f"{name}={os.environ[name]!r} is not one of 1/true/yes/on or 0/false/no/off; "
+                      "the check stays off", RuntimeWarning, stacklevel=2)
+    return False
+
+
+def _env_advise_target() -> Optional[str]:
+    """VTPU_ADVISE_TARGET, checked now: a bad name made every debug-mode op raise
+    "unknown target" from inside the checker, never naming the variable."""
+    target = os.environ.get("VTPU_ADVISE_TARGET") or None
+    if target is None:
+        return None
+    from .advisor import profile
+
+    try:
+        profile(target)
+    except ValueError as error:
+        warnings.warn(f"VTPU_ADVISE_TARGET: {error}; the alignment advisor stays off", RuntimeWarning,
+                      stacklevel=2)
+        return None
+    return target
 
 
 _state = {
     "nans": _env_flag("VTPU_DEBUG_NANS"),
     "crosscheck": _env_flag("VTPU_DEBUG_CROSSCHECK"),
-    "advise_target": os.environ.get("VTPU_ADVISE_TARGET") or None,
+    "advise_target": _env_advise_target(),
 }
 
 

@@ -192,3 +192,13 @@ def test_a_cache_directory_starting_with_a_tilde_is_under_home(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert not (work / "~").exists()
     assert any(p.name.endswith(".entry") for p in (tmp_path / "vtpu-cache").iterdir())
+
+
+def test_a_bad_advise_target_or_check_flag_is_said_and_debug_mode_still_computes():
+    # A bad VTPU_ADVISE_TARGET made every debug-mode op raise "unknown target" from
+    # inside the checker; VTPU_DEBUG_NANS=fusd was silently off (found by a review).
+    env = dict(os.environ, VTPU_MODE="debug", VTPU_ADVISE_TARGET="bogus", VTPU_DEBUG_NANS="fusd")
+    out = subprocess.run([sys.executable, "-c", "import torch\nprint((torch.ones(3, device='vtpu') * 2).sum().item())"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "6.0" in out.stdout, out.stderr[-2000:]
+    assert "VTPU_ADVISE_TARGET" in out.stderr and "VTPU_DEBUG_NANS" in out.stderr, out.stderr[-2000:]

@@ -25,16 +25,14 @@
 #include <unordered_map>
 
 #include "call_site.h"
+#include "env_knobs.h"
 
 #include <atomic>
 
 namespace vtpu::bridge {
 namespace detail {
 
-std::atomic<bool> call_site_capture_on{[] {
-  const char* env = std::getenv("VTPU_CALL_SITES");
-  return !(env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "false") == 0));
-}()};
+std::atomic<bool> call_site_capture_on{env_switch("VTPU_CALL_SITES", true)};
 
 }  // namespace detail
 

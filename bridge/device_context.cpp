@@ -1,4 +1,5 @@
 #include "device_context.h"
+#include "env_knobs.h"
 
 #include "device_trace.h"
 
@@ -133,8 +134,7 @@ DeviceContext::DeviceContext()
       stream_(std::make_unique<runtime::Stream>([] {
         if (worker_start_hook()) worker_start_hook()();
       })) {
-  if (const char* env = std::getenv("VTPU_PROFILE_OPS"); env != nullptr && std::string(env) == "1")
-    metrics_.set_per_op_timing(true);
+  if (env_switch("VTPU_PROFILE_OPS", false)) metrics_.set_per_op_timing(true);
   // The stream's worker exists from here on; a fork copies only its caller.
   pthread_atfork(nullptr, nullptr, [] { forked_child.store(true, std::memory_order_relaxed); });
   // Before cached blocks return to the host, queued work that may still use

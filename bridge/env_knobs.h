@@ -1,4 +1,4 @@
-// Numeric tuning knobs read from the environment once per process.
+// Tuning knobs and switches read from the environment once per process.
 #pragma once
 
 #include <cctype>
@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 
 namespace vtpu::bridge {
 
@@ -24,6 +26,24 @@ inline std::int64_t env_non_negative(const char* name, std::int64_t fallback) {
     return fallback;
   }
   return static_cast<std::int64_t>(value);
+}
+
+// An on/off switch: unset or empty gives `fallback`; 1/true/yes/on and
+// 0/false/no/off (any case) say it; anything else is reported on stderr and
+// gives `fallback`. One reading for every switch: `VTPU_GENERATED_KERNELS=false`
+// used to leave generated kernels on (only "0" turned them off) and
+// `VTPU_PROFILE_OPS=true` left profiling off (only "1" turned it on).
+inline bool env_switch(const char* name, bool fallback) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return fallback;
+  std::string value;
+  for (const char* c = env; *c != '\0'; ++c)
+    if (!std::isspace(static_cast<unsigned char>(*c))) value.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(*c))));
+  if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
+  if (value == "0" || value == "false" || value == "no" || value == "off") return false;
+  std::fprintf(stderr, "vtpu: %s=%s is not one of 1/true/yes/on or 0/false/no/off; using %s\n", name, env,
+               fallback ? "on" : "off");
+  return fallback;
 }
 
 }  // namespace vtpu::bridge

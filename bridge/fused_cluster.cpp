@@ -1,4 +1,5 @@
 #include "fused_cluster.h"
+#include "env_knobs.h"
 
 #include <cstdlib>
 #include <algorithm>
@@ -370,10 +371,7 @@ void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clus
       writes.push_back(written[i].first.storage);
   // VTPU_PROFILE_FUSED_NAMES=1 with per-op timing: device time by fused
   // pattern ("fused[elements]:op,op,...") instead of one "fused_kernel" row.
-  static const bool name_patterns = [] {
-    const char* env = std::getenv("VTPU_PROFILE_FUSED_NAMES");
-    return env != nullptr && std::string(env) == "1";
-  }();
+  static const bool name_patterns = env_switch("VTPU_PROFILE_FUSED_NAMES", false);
   std::string label;
   if (name_patterns && DeviceContext::get().metrics().per_op_timing()) {
     label = "fused[" + std::to_string(numel) + "]:";

@@ -1,4 +1,5 @@
 #include "generated_kernels.h"
+#include "env_knobs.h"
 
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
@@ -52,8 +53,7 @@ std::optional<ir::DType> to_ir(c10::ScalarType t) {
 // package's libvtpu_kernels.so); VTPU_AOT_KERNELS=0 leaves it out, so every
 // kernel comes from the cache or the compiler.
 std::optional<std::string> aot_library_path() {
-  if (const char* env = std::getenv("VTPU_AOT_KERNELS"); env != nullptr && std::string(env) == "0")
-    return std::nullopt;
+  if (!env_switch("VTPU_AOT_KERNELS", true)) return std::nullopt;
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&aot_library_path), &info) == 0 || info.dli_fname == nullptr)
     return std::nullopt;
@@ -167,10 +167,7 @@ KernelTensor flat_kernel_tensor(const at::Tensor& t) {
 // (the pool starts more helpers when that was raised). VTPU_WORK_SHARING=0 uses ATen's parallel_for instead (OpenMP's
 // fork-join), for comparison.
 bool work_sharing_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("VTPU_WORK_SHARING");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  static const bool enabled = env_switch("VTPU_WORK_SHARING", true);
   return enabled;
 }
 
@@ -287,11 +284,8 @@ void run_generated_kernel(compiler::VtpuKernelFn fn, ir::OpKind op, std::int64_t
 }
 
 bool generated_kernels_enabled() {
-  static const bool enabled = [] {
-    // On by default; VTPU_GENERATED_KERNELS=0 runs ATen's CPU kernels instead.
-    const char* env = std::getenv("VTPU_GENERATED_KERNELS");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  // On by default; VTPU_GENERATED_KERNELS=0 runs ATen's CPU kernels instead.
+  static const bool enabled = env_switch("VTPU_GENERATED_KERNELS", true);
   return enabled;
 }
 

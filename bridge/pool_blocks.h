@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "env_knobs.h"
+
 namespace vtpu::bridge::pool_blocks {
 
 // MKL's per-thread thread count, C interface (mkl_service.h maps
@@ -42,10 +44,7 @@ inline OmpGetThreads omp_get_threads() {
 }
 
 // On unless the environment variable is "0".
-inline bool env_flag_on(const char* name) {
-  const char* env = std::getenv(name);
-  return env == nullptr || std::string(env) != "0";
-}
+inline bool env_flag_on(const char* name) { return env_switch(name, true); }
 
 // The first exception of a call's blocks: pool threads must not see one, so
 // it is kept and rethrown by the caller once every block has run.

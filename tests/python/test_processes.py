@@ -202,3 +202,18 @@ def test_a_bad_advise_target_or_check_flag_is_said_and_debug_mode_still_computes
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "6.0" in out.stdout, out.stderr[-2000:]
     assert "VTPU_ADVISE_TARGET" in out.stderr and "VTPU_DEBUG_NANS" in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("value, generated", [("false", False), ("off", False), ("No", False), ("0", False),
+                                              ("true", True), ("1", True), ("bogus", True)])
+def test_switches_read_every_spelling_of_on_and_off(value, generated):
+    # VTPU_GENERATED_KERNELS=false left generated kernels on (only "0" turned them
+    # off) and a typo was silently ignored (found by a review of the environment).
+    env = dict(os.environ, VTPU_GENERATED_KERNELS=value)
+    program = ("import torch, torch_vtpu\n"
+               "torch.ones(3, device='vtpu').exp().cpu()\n"
+               "print('generated', torch_vtpu.metrics()['generated_kernels'] > 0)")
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"generated {generated}" in out.stdout, (out.stdout, out.stderr[-2000:])
+    assert ("is not one of" in out.stderr) == (value == "bogus"), out.stderr[-2000:]

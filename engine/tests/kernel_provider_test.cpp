@@ -5,10 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include "scoped_env.h"
 #include "temp_dir.h"
 #include <stdlib.h>
 
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -59,6 +62,32 @@ TEST(SystemCompilerTest, ACompilerThatWritesNothingIsAnErrorNotACacheEntry) {
   } catch (const runtime::Error& e) {
     EXPECT_NE(std::string(e.what()).find("VTPU_CXX"), std::string::npos) << e.what();
   }
+}
+
+TEST(SystemCompilerTest, AHungCompilerIsKilledAtTheTimeout) {
+  // A compiler that never returned hung the program's first kernel build forever.
+  TempDir tmp;
+  const std::string script = tmp.sub("hung-cc");
+  {
+    std::ofstream out(script);
+    out << "#!/bin/sh\n"
+           "case \"$1\" in --version) echo hung-cc 1.0; exit 0;; esac\n"
+           "sleep 30 &\n"  // a child of its own, as g++ starts cc1plus: must go too
+           "wait\n";
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  vtpu::testing::ScopedEnv timeout("VTPU_COMPILE_TIMEOUT", "1");
+  SystemCompiler hung(script);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    hung.compile("extern \"C\" void f() {}");
+    FAIL() << "a hung compiler returned";
+  } catch (const runtime::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "retried, or not killed";
+  vtpu::testing::ScopedEnv bad("VTPU_COMPILE_TIMEOUT", "soon");
+  EXPECT_THROW(hung.compile("int x;"), runtime::Error);
 }
 
 TEST(KernelProviderTest, CompilesOnceThenServesFromMemoryAndDisk) {

@@ -42,7 +42,7 @@ NvccCompiler::NvccCompiler(std::string executable) : executable_(std::move(execu
             "-w"};
   detail::ScratchDir scratch;
   const auto log = scratch.path() / "version.txt";
-  if (detail::run_process({executable_, "--version"}, log).exit_status != 0)
+  if (detail::run_process({executable_, "--version"}, log, detail::compile_timeout()).exit_status != 0)
     throw Error(ErrorKind::kRuntime,
                 "[cuda compiler] cannot run nvcc '" + executable_ + "' (set VTPU_NVCC to a working nvcc)");
   // The last line names the release: "Build cuda_13.0.r13.0/compiler.36424714_0".

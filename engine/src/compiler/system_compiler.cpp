@@ -47,7 +47,7 @@ SystemCompiler::SystemCompiler(std::string executable) : executable_(std::move(e
 #endif
   ScratchDir scratch;
   const auto log = scratch.path() / "version.txt";
-  if (detail::run_process({executable_, "--version"}, log).exit_status != 0)
+  if (detail::run_process({executable_, "--version"}, log, detail::compile_timeout()).exit_status != 0)
     throw Error(ErrorKind::kRuntime, "[compiler] cannot run the kernel compiler '" + executable_ +
                                          "' (set VTPU_CXX to a working C++ compiler)");
   std::istringstream text(read_text(log));

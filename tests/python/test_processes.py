@@ -217,3 +217,12 @@ def test_switches_read_every_spelling_of_on_and_off(value, generated):
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"generated {generated}" in out.stdout, (out.stdout, out.stderr[-2000:])
     assert ("is not one of" in out.stderr) == (value == "bogus"), out.stderr[-2000:]
+
+
+def test_kernel_dumps_into_a_missing_directory_are_said_once(tmp_path):
+    env = dict(os.environ, VTPU_DUMP_KERNELS=str(tmp_path / "missing"), VTPU_AOT_KERNELS="0",
+               VTPU_CACHE_DIR=str(tmp_path / "cache"))
+    program = "import torch\nx = torch.ones(7, device='vtpu')\nprint(((x.exp() + 1) * x.sin()).sum().item() > 0)"
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "True" in out.stdout, out.stderr[-2000:]
+    assert out.stderr.count("VTPU_DUMP_KERNELS") == 1, out.stderr[-2000:]

@@ -1,5 +1,6 @@
 #include "vtpu/compiler/kernel_provider.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -118,7 +119,13 @@ VtpuKernelFn KernelProvider::get(const ir::Graph& graph) {
       std::fprintf(stderr, "vtpu: compiling %s\n%s\n", symbol.c_str(), ir::to_string(graph).c_str());
     // VTPU_DUMP_KERNELS=dir: the IR and the generated source of each compile.
     if (const char* dir = std::getenv("VTPU_DUMP_KERNELS"); dir != nullptr && *dir != '\0') {
-      std::ofstream(std::string(dir) + "/" + symbol + ".cpp") << "/*\n" << ir::to_string(graph) << "*/\n" << source;
+      std::ofstream dump(std::string(dir) + "/" + symbol + ".cpp");
+      dump << "/*\n" << ir::to_string(graph) << "*/\n" << source;
+      // A debugging aid: say once that it wrote nothing, never fail the compile.
+      static std::atomic<bool> said{false};
+      if (!dump && !said.exchange(true))
+        std::fprintf(stderr, "vtpu: VTPU_DUMP_KERNELS=%s: cannot write kernels there (does the directory exist?)\n",
+                     dir);
     }
     const auto start = std::chrono::steady_clock::now();
     cache::Entry built;

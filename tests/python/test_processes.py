@@ -151,10 +151,14 @@ def test_a_program_that_never_uses_the_device_leaves_the_cache_alone(tmp_path):
     # backward in every process, compiling a kernel into VTPU_CACHE_DIR (and warning
     # about an unusable cache in programs that never touched vtpu). Found by a review.
     cache = tmp_path / "cache"
-    env = dict(os.environ, VTPU_CACHE_DIR=str(cache), VTPU_AOT_KERNELS="0", VTPU_CACHE_ONLY="1")
-    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.ones(2).sum().item())"], env=env,
+    # As users have it: `import torch` alone loads the backend (the Makefile turns the
+    # autoload off for its own processes).
+    env = dict(os.environ, VTPU_CACHE_DIR=str(cache), VTPU_AOT_KERNELS="0", VTPU_CACHE_ONLY="1",
+               TORCH_DEVICE_BACKEND_AUTOLOAD="1")
+    out = subprocess.run([sys.executable, "-c", "import sys, torch\n"
+                          "print(torch.ones(2).sum().item(), 'torch_vtpu' in sys.modules)"], env=env,
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and "2.0" in out.stdout, out.stderr[-2000:]
+    assert out.returncode == 0 and "2.0 True" in out.stdout, (out.stdout, out.stderr[-2000:])
     assert not cache.exists(), sorted(p.name for p in cache.iterdir())
     assert "cache-only" not in out.stderr and "Warning" not in out.stderr, out.stderr[-2000:]
     # A program that does use it still exits cleanly after a backward on the device.
@@ -171,7 +175,7 @@ def test_a_program_that_never_uses_the_device_leaves_the_cache_alone(tmp_path):
 def test_a_malformed_memory_limit_is_said_and_the_default_used(limit):
     # `import torch` itself failed ("Failed to load the backend extension"), in every
     # PyTorch program on the machine, without naming the variable.
-    env = dict(os.environ, VTPU_MEMORY_LIMIT=limit)
+    env = dict(os.environ, VTPU_MEMORY_LIMIT=limit, TORCH_DEVICE_BACKEND_AUTOLOAD="1")  # as users have it
     program = ("import torch\n"
                "print((torch.ones(3, device='vtpu') * 2).sum().item(), torch.vtpu.mem_get_info()[1] > 2**30)")
     out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
@@ -186,7 +190,7 @@ def test_a_cache_directory_starting_with_a_tilde_is_under_home(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     env = dict(os.environ, HOME=str(tmp_path), VTPU_CACHE_DIR="~/vtpu-cache", VTPU_AOT_KERNELS="0")
-    program = "import torch\nprint((torch.ones(5, device='vtpu').exp() * 3).sum().item())"
+    program = "import torch, torch_vtpu\nprint((torch.ones(5, device='vtpu').exp() * 3).sum().item())"
     out = subprocess.run([sys.executable, "-c", program], env=env, cwd=work, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -198,7 +202,8 @@ def test_a_bad_advise_target_or_check_flag_is_said_and_debug_mode_still_computes
     # A bad VTPU_ADVISE_TARGET made every debug-mode op raise "unknown target" from
     # inside the checker; VTPU_DEBUG_NANS=fusd was silently off (found by a review).
     env = dict(os.environ, VTPU_MODE="debug", VTPU_ADVISE_TARGET="bogus", VTPU_DEBUG_NANS="fusd")
-    out = subprocess.run([sys.executable, "-c", "import torch\nprint((torch.ones(3, device='vtpu') * 2).sum().item())"],
+    out = subprocess.run([sys.executable, "-c",
+                          "import torch, torch_vtpu\nprint((torch.ones(3, device='vtpu') * 2).sum().item())"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "6.0" in out.stdout, out.stderr[-2000:]
     assert "VTPU_ADVISE_TARGET" in out.stderr and "VTPU_DEBUG_NANS" in out.stderr, out.stderr[-2000:]
@@ -222,7 +227,7 @@ def test_switches_read_every_spelling_of_on_and_off(value, generated):
 def test_kernel_dumps_into_a_missing_directory_are_said_once(tmp_path):
     env = dict(os.environ, VTPU_DUMP_KERNELS=str(tmp_path / "missing"), VTPU_AOT_KERNELS="0",
                VTPU_CACHE_DIR=str(tmp_path / "cache"))
-    program = "import torch\nx = torch.ones(7, device='vtpu')\nprint(((x.exp() + 1) * x.sin()).sum().item() > 0)"
+    program = "import torch, torch_vtpu\nx = torch.ones(7, device='vtpu')\nprint(((x.exp() + 1) * x.sin()).sum().item() > 0)"
     out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "True" in out.stdout, out.stderr[-2000:]
     assert out.stderr.count("VTPU_DUMP_KERNELS") == 1, out.stderr[-2000:]

@@ -700,6 +700,15 @@ TEST(SharedTierTest, FromEnvironment) {
     expect_invalid("unknown scheme");
   }
   {
+    ScopedEnv shared("VTPU_SHARED_CACHE", "http://user:topsecret@host/cache");
+    expect_invalid("unknown scheme");
+    try {
+      SharedTier::from_env();
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find("topsecret"), std::string::npos) << e.what();
+    }
+  }
+  {
     ScopedEnv shared("VTPU_SHARED_CACHE", tmp.sub("absent"));
     EXPECT_NE(SharedTier::from_env(), nullptr) << "a directory mounted later is a store down, not a bad setting";
   }

@@ -74,7 +74,7 @@ std::shared_ptr<SharedTier> SharedTier::from_env() {
     store = open_redis_store(RedisAddress::parse(where), options.timeout);
   } else if (where.find("://") != std::string::npos) {
     throw Error(ErrorKind::kInvalidArgument,
-                "VTPU_SHARED_CACHE: '" + where + "': unknown scheme (a directory path or redis://host:port)");
+                "VTPU_SHARED_CACHE: '" + redact_url(where) + "': unknown scheme (a directory path or redis://host:port)");
   } else {
     store = open_directory_store(where);
   }

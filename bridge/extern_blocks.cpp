@@ -20,6 +20,7 @@
 #include "generated_kernels.h"
 #include "memory_overlap.h"
 #include "pool_blocks.h"
+#include "vtpu/runtime/skinny_gemm.h"
 
 namespace vtpu::bridge {
 using namespace pool_blocks;  // NOLINT: this file is the helpers' main user
@@ -91,10 +92,64 @@ void run_blocks(std::int64_t first, std::int64_t last, void* raw) {
   });
 }
 
+std::atomic<std::uint64_t> g_skinny_runs{0};
+
+bool skinny_gemm_enabled() {
+  static const bool enabled = env_flag_on("VTPU_SKINNY_GEMM");
+  return enabled;
+}
+
+void run_skinny_columns(std::int64_t begin, std::int64_t end, void* raw) {
+  runtime::skinny_gemm_columns(*static_cast<const runtime::SkinnyGemm*>(raw), begin, end);
+}
+
+// A product of a few rows by nn.Linear's transposed weight (decoding one
+// token, or a few): our memory-bound kernel on the pool by column blocks
+// (vtpu/runtime/skinny_gemm.h; MKL runs it on one thread at a third of the
+// bandwidth). `job` has passed run_gemm_in_row_blocks' checks.
+bool run_skinny_gemm(const GemmBlocks& job) {
+  const at::Tensor& out = job.out;
+  const std::int64_t rows = out.size(0), k = job.mat1.size(1), n = out.size(1);
+  // A right-hand matrix under 64 KB stays in a core's cache, where MKL is as
+  // fast and gives the CPU's bits.
+  constexpr std::int64_t kMinRightHandElements = std::int64_t{1} << 14;
+  if (!skinny_gemm_enabled() || rows > runtime::kSkinnyGemmMaxRows || k == 0 || n == 0 ||
+      k * n < kMinRightHandElements)
+    return false;
+  if (job.mat2.stride(0) != 1 || (job.mat1.stride(1) != 1 && k > 1)) return false;
+  runtime::SkinnyGemm g;
+  g.rows = rows;
+  g.k = k;
+  g.n = n;
+  g.a = job.mat1.const_data_ptr<float>();
+  g.a_row_stride = job.mat1.stride(0);
+  g.b = job.mat2.const_data_ptr<float>();
+  g.b_k_stride = 1;
+  g.b_n_stride = job.mat2.stride(1);
+  g.c = out.mutable_data_ptr<float>();
+  g.c_row_stride = out.stride(0);
+  if (job.bias.defined()) {
+    // Complex alpha/beta with float tensors: ATen's kernel raises its error.
+    if (job.alpha.isComplex() || job.beta.isComplex()) return false;
+    const at::Tensor bias = job.bias.expand(out.sizes());
+    g.bias = bias.const_data_ptr<float>();
+    g.bias_row_stride = bias.stride(0);
+    g.bias_n_stride = bias.stride(1);
+    g.alpha = job.alpha.to<float>();
+    g.beta = job.beta.to<float>();
+  }
+  if (!runtime::skinny_gemm_accepts(g)) return false;
+  // Chunks of at least ~32 KB of the weight: smaller ones are not worth a
+  // helper's wake-up; a product below one chunk runs on the calling thread.
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 13) / k);
+  parallel_over(n, grain, &run_skinny_columns, &g);
+  g_skinny_runs.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 }  // namespace
 
 bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
-  if (!row_blocks_enabled() || mkl_set_local_threads() == nullptr) return false;
   GemmBlocks job;
   if (name == "aten::mm.out" && s.size() == 3) {
     job.mat1 = s[0].toTensor();
@@ -136,6 +191,8 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
   if (spans_intersect(out, job.mat1) || spans_intersect(out, job.mat2) ||
       (job.bias.defined() && !in_place_bias && spans_intersect(out, job.bias)))
     return false;
+  if (run_skinny_gemm(job)) return true;
+  if (!row_blocks_enabled() || mkl_set_local_threads() == nullptr) return false;
   const std::int64_t rows = out.size(0), k = job.mat1.size(1), n = out.size(1);
   // Blocks of at least 16 rows and ~1M multiply-adds (each block packs the
   // right-hand matrix again, which 16 rows amortise, and a smaller block is
@@ -180,6 +237,8 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
   g_row_block_runs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
+
+std::uint64_t skinny_gemm_runs() { return g_skinny_runs.load(std::memory_order_relaxed); }
 
 std::uint64_t gemm_column_block_runs() { return g_column_block_runs.load(std::memory_order_relaxed); }
 

@@ -20,10 +20,17 @@
 namespace vtpu::bridge {
 
 // Runs the out= call `out_stack` of op `name` ("aten::mm.out",
-// "aten::addmm.out") as row blocks on the pool. Returns false, having done
-// nothing, when the op, dtypes or layout are not handled (or MKL's per-thread
-// control is missing from this torch build): the caller runs ATen's kernel.
+// "aten::addmm.out") as row blocks on the pool, or, for a float32 product of
+// at most 8 rows by a transposed right-hand matrix of at least 64 KB
+// (nn.Linear's x @ W.t() while decoding), as column blocks of vTPU's skinny GEMM
+// (vtpu/runtime/skinny_gemm.h; VTPU_SKINNY_GEMM=0 leaves them to MKL).
+// Returns false, having done nothing, when the op, dtypes or layout are not
+// handled (or MKL's per-thread control is missing from this torch build):
+// the caller runs ATen's kernel.
 bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& out_stack);
+
+// Products run by the skinny GEMM so far.
+std::uint64_t skinny_gemm_runs();
 
 // Products run in row blocks so far (one per call, inline or shared), and
 // those of them split by columns instead (a transposed right-hand matrix).

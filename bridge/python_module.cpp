@@ -217,6 +217,7 @@ PYBIND11_MODULE(_C, m) {
   // Test hook: matrix products run as row blocks on the pool so far.
   m.def("_gemm_row_block_runs", [] { return gemm_row_block_runs(); });
   m.def("_gemm_column_block_runs", [] { return gemm_column_block_runs(); });
+  m.def("_skinny_gemm_runs", [] { return skinny_gemm_runs(); });
   m.def("_bmm_batch_block_runs", [] { return bmm_batch_block_runs(); });
   m.def("_attention_batch_block_runs", [] { return attention_batch_block_runs(); });
   m.def("_convolution_batch_block_runs", [] { return convolution_batch_block_runs(); });

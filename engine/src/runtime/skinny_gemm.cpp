@@ -1,0 +1,100 @@
+#include "vtpu/runtime/skinny_gemm.h"
+
+#include <cstring>
+
+namespace vtpu::runtime {
+namespace {
+
+// Eight floats, one AVX register or two SSE ones: the same lane arithmetic
+// in either (GCC's vector extension, lowered per target).
+using Vec8 = float __attribute__((vector_size(32)));
+
+[[gnu::always_inline]] inline Vec8 load8(const float* p) {
+  Vec8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Lanes of partial sums per dot product: element j of the summed dimension
+// goes to lane j % lanes; the lanes are added in a fixed tree at the end,
+// then the tail in order. One row of A: 16 lanes (a cache line of B per
+// step, two accumulators to hide the adds' latency). More rows: 8 lanes
+// each, so that the partial sums of 8 rows stay in 8 AVX registers.
+template <int R>
+constexpr int kLanes = R == 1 ? 16 : 8;
+
+template <int L>
+[[gnu::always_inline]] inline float lane_sum(const Vec8* vectors) {
+  float lanes[L];
+  std::memcpy(lanes, vectors, sizeof lanes);
+  float s8[8], s4[4];
+  for (int i = 0; i < 8; ++i) s8[i] = L == 16 ? lanes[i] + lanes[i + 8] : lanes[i];
+  for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+// alpha * product + beta * bias with the BLAS's rounding steps: the product
+// is scaled only when alpha is not 1, the bias added only when beta is not 0.
+[[gnu::always_inline]] inline float finish(const SkinnyGemm& g, std::int64_t row, std::int64_t col, float product) {
+  float v = g.alpha == 1.0f ? product : g.alpha * product;
+  if (g.bias != nullptr && g.beta != 0.0f) {
+    const float bias = g.bias[row * g.bias_row_stride + col * g.bias_n_stride];
+    v = (g.beta == 1.0f ? bias : g.beta * bias) + v;
+  }
+  return v;
+}
+
+// C[r, col] = dot(A[r, :], B[:, col]) for R rows of A at once: each column
+// of B is read once for all of them.
+template <int R>
+[[gnu::always_inline]] inline void dot_columns(const SkinnyGemm& g, std::int64_t begin, std::int64_t end) {
+  constexpr int L = kLanes<R>;
+  constexpr int V = L / 8;  // vectors of lanes per row
+  const std::int64_t k = g.k;
+  const std::int64_t body = k - k % L;
+  for (std::int64_t col = begin; col < end; ++col) {
+    const float* w = g.b + col * g.b_n_stride;
+    Vec8 acc[R][V] = {};
+    for (std::int64_t j = 0; j < body; j += L) {
+      Vec8 wv[V];
+      for (int v = 0; v < V; ++v) wv[v] = load8(w + j + 8 * v);
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < V; ++v) acc[r][v] += load8(g.a + r * g.a_row_stride + j + 8 * v) * wv[v];
+    }
+    for (int r = 0; r < R; ++r) {
+      const float* x = g.a + r * g.a_row_stride;
+      float s = lane_sum<L>(acc[r]);
+      for (std::int64_t j = body; j < k; ++j) s += x[j] * w[j];
+      g.c[r * g.c_row_stride + col] = finish(g, r, col, s);
+    }
+  }
+}
+
+}  // namespace
+
+bool skinny_gemm_accepts(const SkinnyGemm& g) {
+  return g.rows >= 1 && g.rows <= kSkinnyGemmMaxRows && g.k >= 0 && g.n >= 0 && g.a != nullptr &&
+         g.b != nullptr && g.c != nullptr && g.b_k_stride == 1;
+}
+
+// Compiled for AVX2 as well as the baseline; the loader picks one per
+// machine. Without contraction (CMake: -ffp-contract=off) both give the
+// same bits.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void skinny_gemm_columns(const SkinnyGemm& g, std::int64_t begin, std::int64_t end) {
+  switch (g.rows) {
+    case 1: dot_columns<1>(g, begin, end); break;
+    case 2: dot_columns<2>(g, begin, end); break;
+    case 3: dot_columns<3>(g, begin, end); break;
+    case 4: dot_columns<4>(g, begin, end); break;
+    case 5: dot_columns<5>(g, begin, end); break;
+    case 6: dot_columns<6>(g, begin, end); break;
+    case 7: dot_columns<7>(g, begin, end); break;
+    case 8: dot_columns<8>(g, begin, end); break;
+    default: break;
+  }
+}
+
+}  // namespace vtpu::runtime

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -171,6 +172,23 @@ TEST(SkinnyGemmTest, RefusesShapesAndLayoutsItDoesNotTake) {
   g = p.gemm();
   g.c = nullptr;
   EXPECT_FALSE(skinny_gemm_accepts(g));
+  g = p.gemm();
+  g.alpha = 0.0f;  // the BLAS reads neither A nor B then
+  EXPECT_FALSE(skinny_gemm_accepts(g));
+}
+
+TEST(SkinnyGemmTest, AScaledProductWithoutABiasHasMklsSignOfZero) {
+  Problem p(1, 16, 4);
+  std::fill(p.a.begin(), p.a.end(), 0.0f);  // every product +0
+  SkinnyGemm g = p.gemm();
+  g.alpha = -1.0f;
+  skinny_gemm_columns(g, 0, p.n);
+  for (float v : p.c) EXPECT_EQ(bits(v), bits(0.0f));  // -1 * (+0) + 0 = +0
+  g.bias = p.bias.data();
+  g.bias_n_stride = 1;
+  g.beta = 0.0f;  // a bias not read: the same
+  skinny_gemm_columns(g, 0, p.n);
+  for (float v : p.c) EXPECT_EQ(bits(v), bits(0.0f));
 }
 
 }  // namespace

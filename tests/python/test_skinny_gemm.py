@@ -115,3 +115,24 @@ def test_an_out_argument_overlapping_an_operand_keeps_atens_result():
     torch.mm(want, w.t(), out=want)
     assert _runs() == before
     torch.testing.assert_close(ad.cpu(), want, rtol=1e-5, atol=1e-4)
+
+
+def test_alpha_zero_and_signed_zeros_follow_mkl():
+    # Found by review: alpha = 0 computed the product (0 * NaN = NaN where the
+    # BLAS reads neither operand), and -1 * (+0) kept its -0.0 where MKL adds
+    # a scaled product to a cleared result (+0.0).
+    g = torch.Generator().manual_seed(6)
+    a, w, bias = torch.randn(2, 256, generator=g), torch.randn(768, 256, generator=g), torch.randn(768, generator=g)
+    a[1, 7] = float("nan")
+    a[0, 3] = float("inf")
+    for beta in (1, 0):
+        before = _runs()
+        got = _product(a, w, bias, beta, 0, "vtpu")
+        assert _runs() == before  # MKL's
+        assert torch.equal(got, _product(a, w, bias, beta, 0, "cpu")), beta
+    zeros = torch.zeros(2, 256)
+    for bias_term in (torch.zeros(768), bias):  # beta = 0: the bias is not read
+        before = _runs()
+        got = _product(zeros, w, bias_term, 0, -1, "vtpu")
+        assert _runs() == before + 1
+        assert not torch.signbit(got).any()

@@ -33,11 +33,18 @@ template <int L>
   return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
-// alpha * product + beta * bias with the BLAS's rounding steps: the product
-// is scaled only when alpha is not 1, the bias added only when beta is not 0.
+// alpha * product + beta * bias with MKL's rounding steps: the product is
+// scaled only when alpha is not 1, the bias added only when beta is not 0.
+// A scaled product without a bias is added to +0, as MKL adds it to a
+// cleared result: -1 * (+0) gives +0 there, not -0 (found by review).
 [[gnu::always_inline]] inline float finish(const SkinnyGemm& g, std::int64_t row, std::int64_t col, float product) {
-  float v = g.alpha == 1.0f ? product : g.alpha * product;
-  if (g.bias != nullptr && g.beta != 0.0f) {
+  const bool with_bias = g.bias != nullptr && g.beta != 0.0f;
+  float v = product;
+  if (g.alpha != 1.0f) {
+    v = g.alpha * product;
+    if (!with_bias) v += 0.0f;
+  }
+  if (with_bias) {
     const float bias = g.bias[row * g.bias_row_stride + col * g.bias_n_stride];
     v = (g.beta == 1.0f ? bias : g.beta * bias) + v;
   }
@@ -73,8 +80,10 @@ template <int R>
 }  // namespace
 
 bool skinny_gemm_accepts(const SkinnyGemm& g) {
+  // alpha = 0: the BLAS does not read A or B at all (NaN in them must not
+  // reach C); not this kernel's case.
   return g.rows >= 1 && g.rows <= kSkinnyGemmMaxRows && g.k >= 0 && g.n >= 0 && g.a != nullptr &&
-         g.b != nullptr && g.c != nullptr && g.b_k_stride == 1;
+         g.b != nullptr && g.c != nullptr && g.b_k_stride == 1 && g.alpha != 0.0f;
 }
 
 // Compiled for AVX2 as well as the baseline; the loader picks one per

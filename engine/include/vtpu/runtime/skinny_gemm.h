@@ -38,6 +38,8 @@ struct SkinnyGemm {
   // dim). With beta == 0 it is not read (NaN in it does not propagate).
   const float* bias = nullptr;
   std::int64_t bias_row_stride = 0, bias_n_stride = 0;
+  // alpha = 0 is refused (skinny_gemm_accepts): the BLAS then reads neither
+  // A nor B, and the caller's BLAS does that.
   float alpha = 1.0f, beta = 1.0f;
   // C, rows x n, each row contiguous, rows `c_row_stride` apart.
   float* c = nullptr;

@@ -103,8 +103,9 @@ void run_skinny_columns(std::int64_t begin, std::int64_t end, void* raw) {
   runtime::skinny_gemm_columns(*static_cast<const runtime::SkinnyGemm*>(raw), begin, end);
 }
 
-// A product of a few rows by nn.Linear's transposed weight (decoding one
-// token, or a few): our memory-bound kernel on the pool by column blocks
+// A float32 or bfloat16 product of a few rows by nn.Linear's transposed
+// weight (decoding one token, or a few): our memory-bound kernel on the pool
+// by column blocks
 // (vtpu/runtime/skinny_gemm.h; MKL runs it on one thread at a third of the
 // bandwidth). `job` has passed run_gemm_in_row_blocks' checks.
 bool run_skinny_gemm(const GemmBlocks& job) {
@@ -112,27 +113,29 @@ bool run_skinny_gemm(const GemmBlocks& job) {
   const std::int64_t rows = out.size(0), k = job.mat1.size(1), n = out.size(1);
   // A right-hand matrix under 64 KB stays in a core's cache, where MKL is as
   // fast and gives the CPU's bits.
-  constexpr std::int64_t kMinRightHandElements = std::int64_t{1} << 14;
+  constexpr std::int64_t kMinRightHandBytes = std::int64_t{1} << 16;
+  const std::int64_t item = out.element_size();
   if (!skinny_gemm_enabled() || rows > runtime::kSkinnyGemmMaxRows || k == 0 || n == 0 ||
-      k * n < kMinRightHandElements)
+      k * n * item < kMinRightHandBytes)
     return false;
   if (job.mat2.stride(0) != 1 || (job.mat1.stride(1) != 1 && k > 1)) return false;
   runtime::SkinnyGemm g;
+  g.dtype = out.scalar_type() == at::kBFloat16 ? runtime::SkinnyGemmDtype::kBFloat16 : runtime::SkinnyGemmDtype::kFloat32;
   g.rows = rows;
   g.k = k;
   g.n = n;
-  g.a = job.mat1.const_data_ptr<float>();
+  g.a = job.mat1.const_data_ptr();
   g.a_row_stride = job.mat1.stride(0);
-  g.b = job.mat2.const_data_ptr<float>();
+  g.b = job.mat2.const_data_ptr();
   g.b_k_stride = 1;
   g.b_n_stride = job.mat2.stride(1);
-  g.c = out.mutable_data_ptr<float>();
+  g.c = out.mutable_data_ptr();
   g.c_row_stride = out.stride(0);
   if (job.bias.defined()) {
     // Complex alpha/beta with float tensors: ATen's kernel raises its error.
     if (job.alpha.isComplex() || job.beta.isComplex()) return false;
     const at::Tensor bias = job.bias.expand(out.sizes());
-    g.bias = bias.const_data_ptr<float>();
+    g.bias = bias.const_data_ptr();
     g.bias_row_stride = bias.stride(0);
     g.bias_n_stride = bias.stride(1);
     g.alpha = job.alpha.to<float>();
@@ -141,7 +144,7 @@ bool run_skinny_gemm(const GemmBlocks& job) {
   if (!runtime::skinny_gemm_accepts(g)) return false;
   // Chunks of at least ~32 KB of the weight: smaller ones are not worth a
   // helper's wake-up; a product below one chunk runs on the calling thread.
-  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 13) / k);
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / (k * item));
   parallel_over(n, grain, &run_skinny_columns, &g);
   g_skinny_runs.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -166,15 +169,18 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
     return false;
   }
   const at::Tensor& out = job.out;
-  // float32 only (other dtypes take other GEMM kernels), the out= buffer the
-  // dispatch allocated: row-major, so a block of rows is a block of memory.
+  // float32 (and bfloat16 for the skinny GEMM; other dtypes take other GEMM
+  // kernels), the out= buffer the dispatch allocated: row-major, so a block
+  // of rows is a block of memory.
+  const at::ScalarType dtype = out.scalar_type();
+  if (dtype != at::kFloat && dtype != at::kBFloat16) return false;
   for (const at::Tensor* t : {&job.mat1, &job.mat2, &job.out})
-    if (t->scalar_type() != at::kFloat || t->dim() != 2) return false;
+    if (t->scalar_type() != dtype || t->dim() != 2) return false;
   if (!out.is_contiguous() || out.size(0) != job.mat1.size(0) || out.size(1) != job.mat2.size(1) ||
       job.mat1.size(1) != job.mat2.size(0))
     return false;
   if (job.bias.defined()) {
-    if (job.bias.scalar_type() != at::kFloat || job.bias.dim() > 2) return false;
+    if (job.bias.scalar_type() != dtype || job.bias.dim() > 2) return false;
     job.bias_by_row = job.bias.dim() == 2 && job.bias.size(0) == out.size(0) && out.size(0) > 1;
     // A bias of the wrong shape: ATen's kernel raises, naming the whole
     // product's sizes (a block's call would name the block's).
@@ -192,7 +198,7 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
       (job.bias.defined() && !in_place_bias && spans_intersect(out, job.bias)))
     return false;
   if (run_skinny_gemm(job)) return true;
-  if (!row_blocks_enabled() || mkl_set_local_threads() == nullptr) return false;
+  if (dtype != at::kFloat || !row_blocks_enabled() || mkl_set_local_threads() == nullptr) return false;
   const std::int64_t rows = out.size(0), k = job.mat1.size(1), n = out.size(1);
   // Blocks of at least 16 rows and ~1M multiply-adds (each block packs the
   // right-hand matrix again, which 16 rows amortise, and a smaller block is

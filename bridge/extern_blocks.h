@@ -20,8 +20,8 @@
 namespace vtpu::bridge {
 
 // Runs the out= call `out_stack` of op `name` ("aten::mm.out",
-// "aten::addmm.out") as row blocks on the pool, or, for a float32 product of
-// at most 8 rows by a transposed right-hand matrix of at least 64 KB
+// "aten::addmm.out") as row blocks on the pool, or, for a float32 or bfloat16
+// product of at most 8 rows by a transposed right-hand matrix of at least 64 KB
 // (nn.Linear's x @ W.t() while decoding), as column blocks of vTPU's skinny GEMM
 // (vtpu/runtime/skinny_gemm.h; VTPU_SKINNY_GEMM=0 leaves them to MKL).
 // Returns false, having done nothing, when the op, dtypes or layout are not

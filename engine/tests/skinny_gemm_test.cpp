@@ -3,6 +3,8 @@
 // threads, and the BLAS's bias/alpha/beta rules.
 #include "vtpu/runtime/skinny_gemm.h"
 
+#include "vtpu/ir/half.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,6 +85,48 @@ TEST(SkinnyGemmTest, MatchesADoubleProductAndItsOwnOrderBitForBit) {
           const float got = p.c[r * p.n + col];
           ASSERT_NEAR(got, exact, 1e-6 * magnitude + 1e-30) << rows << "x" << k << " r" << r << " c" << col;
           ASSERT_EQ(bits(got), bits(reference_dot(x, w, k, lanes))) << rows << "x" << k << " r" << r << " c" << col;
+        }
+      }
+    }
+  }
+}
+
+// bfloat16: operands widened exactly, the float32 order above, one rounding.
+TEST(SkinnyGemmTest, BFloat16RoundsTheFloat32ProductOnce) {
+  for (std::int64_t rows : {1, 3, 8}) {
+    for (std::int64_t k : {5, 16, 40, 257}) {
+      Problem p(rows, k, 19, static_cast<unsigned>(rows * 31 + k));
+      const auto to_bf16 = [](const std::vector<float>& v) {
+        std::vector<std::uint16_t> out(v.size());
+        for (std::size_t i = 0; i < v.size(); ++i) out[i] = ir::float_to_bfloat16_bits(v[i]);
+        return out;
+      };
+      const std::vector<std::uint16_t> a = to_bf16(p.a), w = to_bf16(p.w), bias = to_bf16(p.bias);
+      std::vector<std::uint16_t> c(p.c.size(), 0xFFFF);
+      for (bool with_bias : {false, true}) {
+        SkinnyGemm g = p.gemm();
+        g.dtype = SkinnyGemmDtype::kBFloat16;
+        g.a = a.data();
+        g.b = w.data();
+        g.c = c.data();
+        if (with_bias) {
+          g.bias = bias.data();
+          g.bias_row_stride = 0;  // a row vector
+          g.bias_n_stride = 1;
+          g.alpha = 0.5f;
+        }
+        skinny_gemm_columns(g, 0, p.n);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          for (std::int64_t col = 0; col < p.n; ++col) {
+            std::vector<float> x(k), y(k);
+            for (std::int64_t j = 0; j < k; ++j) {
+              x[j] = ir::bfloat16_bits_to_float(a[r * k + j]);
+              y[j] = ir::bfloat16_bits_to_float(w[col * k + j]);
+            }
+            float want = reference_dot(x.data(), y.data(), k, rows == 1 ? 16 : 8);
+            if (with_bias) want = ir::bfloat16_bits_to_float(bias[col]) + 0.5f * want;
+            ASSERT_EQ(c[r * p.n + col], ir::float_to_bfloat16_bits(want)) << rows << "x" << k << " " << with_bias;
+          }
         }
       }
     }

@@ -1,5 +1,6 @@
-"""Products of at most 8 rows by a transposed right-hand matrix of at least
-64 KB (nn.Linear's x @ W.t() while decoding) run on vTPU's skinny GEMM
+"""float32 and bfloat16 products of at most 8 rows by a transposed right-hand
+matrix of at least 64 KB (nn.Linear's x @ W.t() while decoding) run on vTPU's
+skinny GEMM
 (engine/include/vtpu/runtime/skinny_gemm.h) instead of MKL: the CPU's values
 to rounding (not its bits: MKL sums in another order), the same bits in
 every mode and on every run, ATen's rules for bias, alpha and beta; other
@@ -22,6 +23,20 @@ def _product(a, w, bias, beta, alpha, device):
     return torch.addmm(bias.to(device), a, w.t(), beta=beta, alpha=alpha).cpu()
 
 
+def _routed_in_every_mode(a, w, bias, beta, alpha, name):
+    """The product in strict, fused and debug mode, each routed to the skinny
+    GEMM, all the same bits; returns strict's."""
+    got = {}
+    for mode in ("strict", "fused", "debug"):
+        with torch_vtpu.mode(mode):
+            before = _runs()
+            got[mode] = _product(a, w, bias, beta, alpha, "vtpu")
+            assert _runs() == before + 1, (name, mode)
+    for mode, result in got.items():
+        assert torch.equal(result, got["strict"]), (name, mode)
+    return got["strict"]
+
+
 def _cases(rows, k, n, g):
     a = torch.randn(rows, k, generator=g)
     w = torch.randn(n, k, generator=g)
@@ -38,16 +53,9 @@ def test_skinny_products_match_the_cpu_and_give_every_mode_the_same_bits(rows, k
     g = torch.Generator().manual_seed(rows * 100 + k + n)
     for name, a, w, bias, beta, alpha in _cases(rows, k, n, g):
         want = _product(a, w, bias, beta, alpha, "cpu")
-        got = {}
-        for mode in ("strict", "fused", "debug"):
-            with torch_vtpu.mode(mode):
-                before = _runs()
-                got[mode] = _product(a, w, bias, beta, alpha, "vtpu")
-                assert _runs() == before + 1, (name, mode)
-        torch.testing.assert_close(got["strict"], want, rtol=1e-5, atol=1e-5 * k ** 0.5, msg=name)
-        for mode, result in got.items():
-            assert torch.equal(result, got["strict"]), (name, mode)
-        assert torch.equal(_product(a, w, bias, beta, alpha, "vtpu"), got["strict"]), name
+        got = _routed_in_every_mode(a, w, bias, beta, alpha, name)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * k ** 0.5, msg=name)
+        assert torch.equal(_product(a, w, bias, beta, alpha, "vtpu"), got), name
 
 
 def test_decoding_linear_layers_run_on_the_skinny_gemm():
@@ -91,7 +99,7 @@ def test_other_shapes_layouts_and_dtypes_keep_their_kernels():
                                         lambda d, a: a.to(d) @ w.t().contiguous().to(d)),
         "float64": (torch.randn(1, 256, generator=g, dtype=torch.float64),
                     lambda d, a: a.to(d) @ w.double().to(d).t()),
-        "bfloat16": (torch.randn(1, 256, generator=g).bfloat16(), lambda d, a: a.to(d) @ w.bfloat16().to(d).t()),
+        "float16": (torch.randn(1, 256, generator=g).half(), lambda d, a: a.to(d) @ w.half().to(d).t()),
         "strided left-hand rows": (torch.randn(256, 2, generator=g), lambda d, a: a.to(d).t() @ w.to(d).t()),
         "empty summed dimension": (torch.randn(1, 0), lambda d, a: a.to(d) @ torch.randn(5, 0).to(d).t()),
         # Under 64 KB of right-hand matrix: in cache, MKL's (and the CPU's bits).
@@ -101,8 +109,9 @@ def test_other_shapes_layouts_and_dtypes_keep_their_kernels():
         before = _runs()
         got = fn("vtpu", a)
         assert _runs() == before, name
-        torch.testing.assert_close(got.cpu(), fn("cpu", a), rtol=1e-2 if a.dtype == torch.bfloat16 else 1e-5,
-                                   atol=1e-2 if a.dtype == torch.bfloat16 else 1e-4, msg=name)
+        low = a.dtype in (torch.float16, torch.bfloat16)
+        torch.testing.assert_close(got.cpu(), fn("cpu", a), rtol=1e-2 if low else 1e-5, atol=1e-2 if low else 1e-4,
+                                   msg=name)
 
 
 def test_an_out_argument_overlapping_an_operand_keeps_atens_result():
@@ -136,3 +145,33 @@ def test_alpha_zero_and_signed_zeros_follow_mkl():
         got = _product(zeros, w, bias_term, 0, -1, "vtpu")
         assert _runs() == before + 1
         assert not torch.signbit(got).any()
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+def test_bfloat16_products_match_the_cpu_and_give_every_mode_the_same_bits(rows):
+    # bfloat16 operands widened, float32 sums, one rounding: the CPU's bfloat16
+    # GEMM to within one bfloat16 rounding.
+    g = torch.Generator().manual_seed(rows)
+    for name, a, w, bias, beta, alpha in _cases(rows, 512, 384, g):
+        a, w = a.bfloat16(), w.bfloat16()
+        bias = None if bias is None else bias.bfloat16()
+        want = _product(a, w, bias, beta, alpha, "cpu")
+        exact = _product(a.double(), w.double(), None if bias is None else bias.double(), beta, alpha, "cpu")
+        got = _routed_in_every_mode(a, w, bias, beta, alpha, name)
+        assert got.dtype == torch.bfloat16
+        # Each within a bfloat16 rounding (plus float32 summation) of the exact result.
+        scale = exact.abs() + 1e-2 * 512 ** 0.5
+        assert ((got.double() - exact).abs() <= 2 ** -8 * scale).all(), name
+        assert ((want.double() - exact).abs() <= 2 ** -8 * scale).all(), name
+
+
+def test_a_bfloat16_decoding_layer_runs_on_the_skinny_gemm():
+    layer = torch.nn.Linear(1024, 512).bfloat16()
+    dev = torch.nn.Linear(1024, 512).bfloat16().to("vtpu")
+    dev.load_state_dict(layer.state_dict())
+    x = torch.randn(1, 1, 1024).bfloat16()
+    before = _runs()
+    with torch.no_grad():
+        got = dev(x.to("vtpu")).cpu()
+    assert _runs() == before + 1
+    torch.testing.assert_close(got, layer(x).detach(), rtol=2e-2, atol=2e-2)

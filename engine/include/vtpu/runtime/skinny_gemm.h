@@ -1,4 +1,5 @@
-// Matrix products with a few rows on the left, C = alpha * A B + beta * bias:
+// Matrix products with a few rows on the left, C = alpha * A B + beta * bias
+// (float32 or bfloat16):
 // a decoding step's nn.Linear (one token: A is 1 x k, B the k x n weight).
 //
 // Why not the BLAS: such a product reads all of B once and does two flops per
@@ -23,26 +24,32 @@ namespace vtpu::runtime {
 // compute-bound, the BLAS's ground.
 constexpr std::int64_t kSkinnyGemmMaxRows = 8;
 
+// The dtype of A, B, the bias and C (all four the same). bfloat16 operands
+// are widened to float32 exactly, multiplied and summed in float32, and C is
+// rounded once (to nearest even), as ATen's CPU bfloat16 GEMM accumulates.
+enum class SkinnyGemmDtype { kFloat32, kBFloat16 };
+
 struct SkinnyGemm {
+  SkinnyGemmDtype dtype = SkinnyGemmDtype::kFloat32;
   std::int64_t rows = 0, k = 0, n = 0;
   // A, rows x k, rows `a_row_stride` apart, each row contiguous.
-  const float* a = nullptr;
+  const void* a = nullptr;
   std::int64_t a_row_stride = 0;
   // B, k x n, each column contiguous (b_k_stride == 1): the transpose of
   // nn.Linear's row-major weight, so each element of C is a dot product of
   // two contiguous vectors. Row-major B (x @ W) is not taken: streaming its
   // rows in column tiles ran no faster than MKL here.
-  const float* b = nullptr;
+  const void* b = nullptr;
   std::int64_t b_k_stride = 1, b_n_stride = 0;
   // Optional bias, broadcast to rows x n by its strides (0 along a broadcast
   // dim). With beta == 0 it is not read (NaN in it does not propagate).
-  const float* bias = nullptr;
+  const void* bias = nullptr;
   std::int64_t bias_row_stride = 0, bias_n_stride = 0;
   // alpha = 0 is refused (skinny_gemm_accepts): the BLAS then reads neither
   // A nor B, and the caller's BLAS does that.
   float alpha = 1.0f, beta = 1.0f;
   // C, rows x n, each row contiguous, rows `c_row_stride` apart.
-  float* c = nullptr;
+  void* c = nullptr;
   std::int64_t c_row_stride = 0;
 };
 

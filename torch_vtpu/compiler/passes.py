@@ -23,7 +23,15 @@ scattered_halves_to_cat: AOTAutograd writes the gradient of ``cat((a, b), d)``
     h), slice_scatter(full(0), gb, d, h, n))``, four kernels and three
     full-size buffers. It becomes ``cat((ga, gb), d)``, the values eager
     mode's cat backward gives (adding the zeros also turned a -0.0 into
-    +0.0; the cat keeps it, as eager does)."""
+    +0.0; the cat keeps it, as eager does).
+
+prim_casts_to_aten: ``prims.convert_element_type(x, dtype)`` (the core
+    decomposition of a dtype conversion; with ``dynamic=True`` every float
+    attribute such as a norm's eps becomes a 0-dim float64 graph input cast
+    twice) becomes ``aten._to_copy(x, dtype=dtype)``, the same cast into a
+    fresh tensor. The prim runs through torch's Python implementation of
+    custom ops, ~50 us a call: a compiled decoding step of the Qwen3-style
+    model made 51 of them, more time than its kernels."""
 from __future__ import annotations
 
 import operator
@@ -292,10 +300,28 @@ def scattered_halves_to_cat(gm: fx.GraphModule) -> int:
     return rewritten
 
 
+def prim_casts_to_aten(gm: fx.GraphModule) -> int:
+    graph = gm.graph
+    rewritten = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.prims.convert_element_type.default:
+            continue
+        if len(node.args) != 2 or node.kwargs:
+            continue
+        source, dtype = node.args
+        with graph.inserting_before(node):
+            cast = graph.call_function(aten._to_copy.default, (source,), {"dtype": dtype})
+            cast.meta = dict(node.meta)
+        node.replace_all_uses_with(cast)
+        graph.erase_node(node)
+        rewritten += 1
+    return rewritten
+
+
 def rewrite(gm: fx.GraphModule) -> Dict[str, int]:
     """Applies every pass; returns how many nodes each one replaced."""
     counts = {"unroll_foreach": unroll_foreach(gm), "fill_operands_to_scalars": fill_operands_to_scalars(gm),
-              "scattered_halves_to_cat": scattered_halves_to_cat(gm)}
+              "scattered_halves_to_cat": scattered_halves_to_cat(gm), "prim_casts_to_aten": prim_casts_to_aten(gm)}
     if any(counts.values()):
         gm.graph.lint()
         gm.recompile()

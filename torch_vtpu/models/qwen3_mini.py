@@ -129,8 +129,12 @@ class Attention(nn.Module):
             k = k.repeat_interleave(groups, dim=1)
             v = v.repeat_interleave(groups, dim=1)
 
-        if past_len == 0:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=seq > 1)
+        if past_len == 0 and seq > 1:
+            # A branch, not is_causal=seq > 1: under torch.compile(dynamic=True)
+            # `seq > 1` is a SymBool, which SDPA's is_causal refuses (a graph
+            # break that sent the whole forward back to eager); Dynamo guards
+            # on a branch.
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif seq == 1:
             # One new token attends to every cached position: no mask needed.
             out = F.scaled_dot_product_attention(q, k, v)

@@ -1029,25 +1029,15 @@ def test_compiled_decoding_with_dynamic_shapes_has_no_graph_break():
     """torch.compile(dynamic=True) of the Qwen3-style model, decoding with its KV
     cache: `is_causal=seq > 1` was a SymBool SDPA refuses, a graph break that
     ran the whole forward in eager mode (2x slower than not compiling)."""
-    from torch_vtpu.models.qwen3_mini import Qwen3Mini, Qwen3MiniConfig
+    from torch_vtpu.models.qwen3_mini import Qwen3Mini, Qwen3MiniConfig, generate_greedy
 
     torch.manual_seed(0)
     model = Qwen3Mini(Qwen3MiniConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16)).eval().to("vtpu")
     prompt = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(1)).to("vtpu")
-
-    @torch.no_grad()
-    def decode(fn):
-        logits, kv = fn(prompt, use_cache=True)
-        chosen = []
-        for _ in range(4):
-            next_id = logits[:, -1, :].argmax(dim=-1, keepdim=True)
-            chosen.append(next_id.cpu())
-            logits, kv = fn(next_id, past_key_values=kv, use_cache=True)
-        return torch.cat(chosen, 1)
-
-    want = decode(model)
-    torch._dynamo.utils.counters.clear()
-    got = decode(torch.compile(model, backend="vtpu", dynamic=True))
+    with torch.no_grad():
+        want = generate_greedy(model, prompt, 5).cpu()
+        torch._dynamo.utils.counters.clear()
+        got = generate_greedy(torch.compile(model, backend="vtpu", dynamic=True), prompt, 5).cpu()
     assert torch.equal(got, want)
     assert not torch._dynamo.utils.counters["graph_break"], dict(torch._dynamo.utils.counters["graph_break"])

@@ -4,8 +4,13 @@
 // it exactly as a call from Python would) without a Python frame, argument
 // parsing or IValue conversion per op. Constants are converted once, when
 // the program is built. Python's codegen.py builds it and keeps its own
-// Python program for graphs this form does not express (symbolic size
-// arithmetic, non-ATen callables).
+// Python program for graphs this form does not express (callables other than
+// ATen ops and the size arithmetic below, nested outputs).
+//
+// Graphs with symbolic sizes (torch.compile's dynamic shapes: a decoder's
+// growing KV cache) carry their sizes as numbers: graph inputs, `sym_size`
+// results and Python arithmetic on them (`past_len + seq`), which run here as
+// arith instructions with Python's semantics on int64, double and bool.
 #include <ATen/ScalarOps.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <pybind11/pybind11.h>
@@ -20,6 +25,7 @@
 #include <vector>
 
 #include "fused_window.h"
+#include "size_arithmetic.h"
 
 namespace py = pybind11;
 
@@ -28,20 +34,25 @@ namespace {
 
 // How one argument of a call is produced at run time.
 struct ArgSpec {
-  enum Kind { kSlot, kConstant, kTensorList, kOptionalTensorList } kind = kConstant;
+  // kNumberTensor: a number slot (a symbolic size) where the schema takes a
+  // Tensor, wrapped as Python's argument parser would. kIntList: a size list
+  // whose entries are slots (slot >= 0) or constants (`ints`).
+  enum Kind { kSlot, kConstant, kTensorList, kOptionalTensorList, kNumberTensor, kIntList } kind = kConstant;
   int slot = -1;
   c10::IValue constant;
-  std::vector<int> slots;  // list elements; -1 is None (optional lists)
+  std::vector<int> slots;  // list elements; -1 is None (optional lists) or a constant (int lists)
+  std::vector<std::int64_t> ints;
 };
 
 struct Instruction {
-  enum Kind { kCall, kGetItem, kRelease, kEndChain } kind = kCall;
+  enum Kind { kCall, kGetItem, kRelease, kEndChain, kArith } kind = kCall;
   const c10::OperatorHandle* op = nullptr;
   std::size_t returns = 0;
   std::vector<ArgSpec> args;
   int out = -1;
   int src = -1;
   std::int64_t index = 0;
+  SizeOp arith = SizeOp::kAdd;
 };
 
 c10::TypePtr element_type(const c10::TypePtr& type) {
@@ -51,7 +62,46 @@ c10::TypePtr element_type(const c10::TypePtr& type) {
   return nullptr;
 }
 
-// `spec` from Python: ("slot", i) | ("const", value) | ("list", [i or None, ...]).
+// A Python number as an IValue of its own type (bool before int: a bool is an int in Python).
+c10::IValue number_value(const py::handle& value) {
+  if (PyBool_Check(value.ptr())) return value.cast<bool>();
+  if (PyLong_Check(value.ptr())) return value.cast<std::int64_t>();
+  if (PyFloat_Check(value.ptr())) return value.cast<double>();
+  throw std::invalid_argument(std::string("a size operand of type ") + Py_TYPE(value.ptr())->tp_name);
+}
+
+SizeNumber size_number(const c10::IValue& v) {
+  if (v.isBool()) return SizeNumber::of_bool(v.toBool());
+  if (v.isInt()) return SizeNumber::of_int(v.toInt());
+  if (v.isDouble()) return SizeNumber::of_float(v.toDouble());
+  throw std::invalid_argument("size arithmetic on a value of kind " + v.tagKind());
+}
+
+c10::IValue size_value(const SizeNumber& n) {
+  switch (n.kind) {
+    case SizeNumber::Kind::kBool: return n.i != 0;
+    case SizeNumber::Kind::kFloat: return n.f;
+    default: return n.i;
+  }
+}
+
+// The size arithmetic's error as the Python exception the Python program raises.
+[[noreturn]] void raise_as_python(const SizeArithmeticError& e) {
+  PyObject* type = e.kind == SizeArithmeticError::Kind::kZeroDivision ? PyExc_ZeroDivisionError
+                   : e.kind == SizeArithmeticError::Kind::kOverflow   ? PyExc_OverflowError
+                   : e.kind == SizeArithmeticError::Kind::kValue      ? PyExc_ValueError
+                                                                      : PyExc_TypeError;
+  PyErr_SetString(type, e.what());
+  throw py::error_already_set();
+}
+
+bool is_int_list(const c10::TypePtr& type) {
+  const c10::TypePtr element = element_type(type);
+  return element && (element->kind() == c10::TypeKind::IntType || element->kind() == c10::TypeKind::SymIntType);
+}
+
+// `spec` from Python: ("slot", i) | ("const", value) | ("list", [i or None, ...])
+// | ("number_tensor", i) | ("ilist", [("slot", i) or ("const", n), ...]).
 ArgSpec parse_arg(const py::handle& spec, const c10::Argument& schema_arg) {
   const auto tuple = spec.cast<py::tuple>();
   const std::string kind = tuple[0].cast<std::string>();
@@ -59,6 +109,22 @@ ArgSpec parse_arg(const py::handle& spec, const c10::Argument& schema_arg) {
   if (kind == "slot") {
     a.kind = ArgSpec::kSlot;
     a.slot = tuple[1].cast<int>();
+  } else if (kind == "number_tensor") {
+    a.kind = ArgSpec::kNumberTensor;
+    a.slot = tuple[1].cast<int>();
+  } else if (kind == "ilist") {
+    if (!is_int_list(schema_arg.type()))
+      throw std::invalid_argument("a size list for argument " + schema_arg.name() + " of type " +
+                                  schema_arg.type()->str());
+    a.kind = ArgSpec::kIntList;
+    for (const py::handle& e : tuple[1].cast<py::list>()) {
+      const auto element = e.cast<py::tuple>();
+      const bool slot = element[0].cast<std::string>() == "slot";
+      if (!slot && !PyLong_Check(element[1].ptr()))
+        throw std::invalid_argument("a size list entry that is not an int");
+      a.slots.push_back(slot ? element[1].cast<int>() : -1);
+      a.ints.push_back(slot ? 0 : element[1].cast<std::int64_t>());
+    }
   } else if (kind == "const") {
     a.kind = ArgSpec::kConstant;
     const py::handle value = tuple[1];
@@ -147,6 +213,24 @@ class GraphProgram {
         ins.src = t[1].cast<int>();
       } else if (kind == "end_chain") {
         ins.kind = Instruction::kEndChain;
+      } else if (kind == "arith") {
+        ins.kind = Instruction::kArith;
+        ins.arith = parse_size_op(t[1].cast<std::string>());
+        for (const py::handle& operand : t[2].cast<py::list>()) {
+          const auto spec = operand.cast<py::tuple>();
+          ArgSpec a;
+          if (spec[0].cast<std::string>() == "slot") {
+            a.kind = ArgSpec::kSlot;
+            a.slot = spec[1].cast<int>();
+          } else {
+            a.constant = number_value(spec[1]);
+          }
+          ins.args.push_back(std::move(a));
+        }
+        if (ins.args.size() != size_op_arity(ins.arith))
+          throw std::invalid_argument("size arithmetic " + t[1].cast<std::string>() + " with " +
+                                      std::to_string(ins.args.size()) + " operands");
+        ins.out = t[3].cast<int>();
       } else {
         throw std::invalid_argument("unknown instruction " + kind);
       }
@@ -198,6 +282,17 @@ class GraphProgram {
         case Instruction::kEndChain:
           end_fused_chain();
           break;
+        case Instruction::kArith: {
+          const c10::IValue& a = operand(ins.args[0], values);
+          const c10::IValue& b = ins.args.size() > 1 ? operand(ins.args[1], values) : a;
+          try {
+            values[static_cast<std::size_t>(ins.out)] =
+                size_value(apply_size_op(ins.arith, size_number(a), size_number(b)));
+          } catch (const SizeArithmeticError& e) {
+            raise_as_python(e);
+          }
+          break;
+        }
       }
     }
     // Copied, not moved: AOTAutograd's graphs return one value twice (a
@@ -233,6 +328,20 @@ class GraphProgram {
         stack.emplace_back(std::move(list));
         break;
       }
+      case ArgSpec::kNumberTensor: {
+        at::Tensor wrapped = at::scalar_to_tensor(values[static_cast<std::size_t>(a.slot)].toScalar());
+        wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
+        stack.emplace_back(std::move(wrapped));
+        break;
+      }
+      case ArgSpec::kIntList: {
+        c10::List<std::int64_t> list;
+        list.reserve(a.slots.size());
+        for (std::size_t i = 0; i < a.slots.size(); ++i)
+          list.push_back(a.slots[i] < 0 ? a.ints[i] : values[static_cast<std::size_t>(a.slots[i])].toInt());
+        stack.emplace_back(std::move(list));
+        break;
+      }
       case ArgSpec::kOptionalTensorList: {
         c10::List<std::optional<at::Tensor>> list;
         list.reserve(a.slots.size());
@@ -242,6 +351,10 @@ class GraphProgram {
         break;
       }
     }
+  }
+
+  static const c10::IValue& operand(const ArgSpec& a, const std::vector<c10::IValue>& values) {
+    return a.kind == ArgSpec::kSlot ? values[static_cast<std::size_t>(a.slot)] : a.constant;
   }
 
   std::size_t slot_count_;

@@ -71,8 +71,9 @@ def test_an_unknown_only_name_is_a_usage_error_not_an_empty_run():
 
 def test_decode_benchmark_quick_run():
     """benchmarks/decode.py at quick sizes: every configuration (stock CPU, strict and
-    fused with the skinny GEMM and with MKL) decodes the CPU's tokens, and the skinny
-    GEMM is used where it is on (the benchmark exits non-zero otherwise)."""
+    fused with the skinny GEMM and with MKL, compiled with native and with Python
+    programs) decodes the CPU's tokens, and the skinny GEMM is used where it is on
+    (the benchmark exits non-zero otherwise)."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--quick"],
                          env=dict(os.environ), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]

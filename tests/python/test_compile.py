@@ -880,7 +880,8 @@ def test_sizes_and_int_arguments_as_tensor_operands():
     """A graph value that is a number (a size made dynamic, an int argument)
     feeding a Tensor argument: the native program pushed the raw int where
     the op wanted a Tensor (RuntimeError from the second call on, when Dynamo
-    made the size or the int symbolic); such graphs keep the Python program."""
+    made the size or the int symbolic). The native program now wraps the
+    number as the op's binding does (test_compile_symbolic_native.py)."""
     per_size = torch.compile(lambda x: x * x.shape[0], backend="vtpu")
     for n in (3, 5, 7):
         assert torch.equal(per_size(torch.ones(n, device="vtpu")).cpu(), torch.full((n,), float(n)))

@@ -150,9 +150,10 @@ def build_native(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: 
                  chain_ends: Sequence[int] = ()) -> Optional[Callable]:
     """The scheduled graph as a native program (bridge/graph_program.cpp): the
     same calls, in the same order, with the same releases as generate()'s
-    Python function, but no Python frame or argument parsing per op. None
-    when the graph needs Python: symbolic size arithmetic, non-ATen callables,
-    nested outputs."""
+    Python function, but no Python frame or argument parsing per op. Graphs
+    with symbolic sizes are expressed too: `sym_size` calls, the size
+    arithmetic of `_SIZE_ARITHMETIC` and int lists mixing sizes and constants.
+    None when the graph needs Python: other callables, nested outputs."""
     from .. import _C
 
     program_type = getattr(_C, "_GraphProgram", None)
@@ -164,21 +165,41 @@ def build_native(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: 
         return None
 
 
-def _number_as_tensor(n: fx.Node) -> bool:
-    """Whether a graph value that is a number (a symbolic size, an int or float
-    input) feeds a Tensor argument: `x * x.shape[0]` once the size is dynamic.
-    The Python program passes it as a Python number, which the op's binding
-    wraps; the native program would push the raw number where the schema wants
-    a Tensor."""
+# Size arithmetic Dynamo leaves in graphs with symbolic sizes (`past_len +
+# seq`, `n // heads`), run natively with Python's semantics on ints, floats
+# and bools (bridge/graph_program.cpp); the name is the C++ instruction's.
+# floordiv and mod take ints only (checked per node): Python's float floor
+# division has rounding rules the native program does not copy.
+_SIZE_ARITHMETIC: Dict[Any, str] = {
+    operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "truediv",
+    operator.floordiv: "floordiv", operator.mod: "mod", operator.neg: "neg",
+    operator.eq: "eq", operator.ne: "ne", operator.lt: "lt", operator.le: "le", operator.gt: "gt",
+    operator.ge: "ge", operator.and_: "and", operator.or_: "or",
+    torch.sym_max: "max", torch.sym_min: "min", torch.sym_not: "not",
+    torch.sym_float: "float", torch.sym_int: "int", math.trunc: "int", math.floor: "floor",
+    math.ceil: "ceil",
+}
+_INT_ONLY = {"floordiv", "mod"}
+_NUMBER_TYPES = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _is_number(n: fx.Node) -> bool:
+    """Whether a graph value is a number at run time (a symbolic size, an int
+    or float input), by its traced value."""
+    return isinstance(n.meta.get("val"), _NUMBER_TYPES)
+
+
+def _is_int(n: Any) -> bool:
+    if isinstance(n, fx.Node):
+        return isinstance(n.meta.get("val"), (int, torch.SymInt)) and not isinstance(n.meta.get("val"), bool)
+    return isinstance(n, int) and not isinstance(n, bool)
+
+
+def _schema_pairs(n: fx.Node) -> List[tuple]:
+    """(schema argument, value) for each argument the node passes."""
     arguments = n.target._schema.arguments
     by_name = {a.name: a for a in arguments}
-    pairs = list(zip(arguments, n.args)) + [(by_name[k], v) for k, v in n.kwargs.items()]
-    for argument, value in pairs:
-        if not isinstance(value, fx.Node) or not isinstance(argument.type, torch._C.TensorType):
-            continue
-        if not isinstance(value.meta.get("val"), torch.Tensor):
-            return True
-    return False
+    return list(zip(arguments, n.args)) + [(by_name[k], v) for k, v in n.kwargs.items()]
 
 
 def _native(gm, order, memory_planning, program_type, ends) -> Callable:
@@ -190,15 +211,31 @@ def _native(gm, order, memory_planning, program_type, ends) -> Callable:
     output = order[-1]
     position, returned, last_use, release_after = _liveness(order, memory_planning)
 
-    def spec(arg: Any) -> tuple:
+    def spec(arg: Any, wants_tensor: bool = False) -> tuple:
         if isinstance(arg, fx.Node):
             if arg in constants:
                 return ("const", constants[arg])
+            if wants_tensor and _is_number(arg):
+                # `x * x.shape[0]` once the size is dynamic: the Python program
+                # passes a number the op's binding wraps; so does the native one.
+                return ("number_tensor", slots[arg])
             return ("slot", slots[arg])
         if isinstance(arg, (list, tuple)) and any(isinstance(a, fx.Node) for a in arg):
+            if all(_is_int(a) and a not in constants for a in arg):
+                # A size list with symbolic entries: `view(x, [1, 4, s0 + 1, 64])`.
+                return ("ilist", [("slot", slots[a]) if isinstance(a, fx.Node) else ("const", a) for a in arg])
             if not all(a is None or (isinstance(a, fx.Node) and a not in constants) for a in arg):
                 raise _Unsupported("a list mixing values and constants")
             return ("list", [None if a is None else slots[a] for a in arg])
+        return ("const", arg)
+
+    def operand(arg: Any) -> tuple:
+        if isinstance(arg, fx.Node):
+            if arg in constants or not _is_number(arg):
+                raise _Unsupported(f"size arithmetic on a non-number: {arg.format_node()}")
+            return ("slot", slots[arg])
+        if not isinstance(arg, (int, float, bool)):
+            raise _Unsupported(f"size arithmetic on {type(arg).__name__}")
         return ("const", arg)
 
     instructions: List[tuple] = []
@@ -220,9 +257,10 @@ def _native(gm, order, memory_planning, program_type, ends) -> Callable:
                 value = getattr(value, part)
             constants[n] = value
         elif n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload):
-            if any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool))
-                   for v in _leaves(n.meta.get("val"))):
-                raise _Unsupported("symbolic result")
+            leaves = _leaves(n.meta.get("val"))
+            if (any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in leaves)
+                    and not all(isinstance(v, _NUMBER_TYPES) for v in leaves)):
+                raise _Unsupported("symbolic numbers beside tensors in a result")
             # Ops implemented in Python (prims such as the fma Dynamo makes of
             # addcmul_(..., value=v)) would get the program's wrapped-number
             # tensors back as Python floats and reject them.
@@ -231,12 +269,21 @@ def _native(gm, order, memory_planning, program_type, ends) -> Callable:
             known = {a.name for a in n.target._schema.arguments}
             if any(k not in known for k in n.kwargs):
                 raise _Unsupported(f"keyword not in the schema: {n.format_node()}")
-            if _number_as_tensor(n):
-                raise _Unsupported(f"a size or number value as a tensor operand: {n.format_node()}")
+            wants_tensor = {a.name for a, v in _schema_pairs(n) if isinstance(a.type, torch._C.TensorType)}
+            arguments = n.target._schema.arguments
             slots[n] = len(slots)
             name, overload = str(n.target._schema.name), n.target._overloadname
             instructions.append(("call", name, "" if overload == "default" else overload,
-                                 [spec(a) for a in n.args], {k: spec(v) for k, v in n.kwargs.items()}, slots[n]))
+                                 [spec(a, arguments[i].name in wants_tensor) for i, a in enumerate(n.args)],
+                                 {k: spec(v, k in wants_tensor) for k, v in n.kwargs.items()}, slots[n]))
+        elif n.op == "call_function" and n.target in _SIZE_ARITHMETIC:
+            op = _SIZE_ARITHMETIC[n.target]
+            if n.kwargs or not _is_number(n):
+                raise _Unsupported(n.format_node())
+            if op in _INT_ONLY and not all(_is_int(a) for a in n.args):
+                raise _Unsupported(f"{op} of a non-int: {n.format_node()}")
+            slots[n] = len(slots)
+            instructions.append(("arith", op, [operand(a) for a in n.args], slots[n]))
         elif n.op == "call_function" and n.target is operator.getitem and isinstance(n.args[1], int):
             slots[n] = len(slots)
             instructions.append(("getitem", slots[n.args[0]], n.args[1], slots[n]))

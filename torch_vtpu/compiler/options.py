@@ -20,8 +20,9 @@ class CompileOptions:
     schedule: bool = True
     # Run each graph's calls from C++ (bridge/graph_program.cpp): the same
     # calls in the same order as the generated Python program, without a
-    # Python frame and argument parsing per op. Graphs with symbolic size
-    # arithmetic or non-ATen callables keep the Python program.
+    # Python frame and argument parsing per op; symbolic sizes and their
+    # arithmetic included. Graphs with other non-ATen callables or nested
+    # outputs keep the Python program.
     native: bool = True
     # Write each graph's FX code, its vtpu program and the IR and source of
     # every kernel compiled while it first runs to this directory.

@@ -1,0 +1,128 @@
+"""Compiled graphs with symbolic sizes run as native programs
+(bridge/graph_program.cpp, bridge/size_arithmetic.cpp).
+
+With dynamic shapes (`dynamic=True`, or Dynamo's automatic dynamic after a
+size changes: a decoder's growing KV cache) a graph carries its sizes as
+numbers: graph inputs, `sym_size` results, Python arithmetic on them, size
+lists mixing them with constants, and numbers fed to ops as tensor operands.
+Such graphs used to keep the Python program, whose per-op calls through
+`OpOverload` made compiled decoding slower than eager decoding. Each test
+checks the dumped program header (which of the two runs), compares the
+native program with the Python program bit for bit and with eager/CPU
+results, so an arithmetic rule that differs from Python's fails here.
+"""
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch._dynamo
+
+import torch_vtpu  # noqa: F401  (registers the device and the backend)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _program_kinds(dump_dir: Path) -> list:
+    """'native' or 'python' for each dumped graph program."""
+    kinds = []
+    for p in sorted(dump_dir.glob("*.program.py")):
+        header = p.read_text().splitlines()[1]
+        kinds.append("native" if "native program" in header else "python")
+    return kinds
+
+
+def _compile(fn, tmp_path: Path, name: str, native: bool = True, **kwargs):
+    options = {"native": native, "dump_dir": str(tmp_path / name)}
+    return torch.compile(fn, backend="vtpu", options=options, **kwargs)
+
+
+def _size_arithmetic(x, k, m):
+    """Every operation of the native size arithmetic, on int arguments Dynamo
+    makes symbolic, each result reaching a tensor (so it is a graph value)."""
+    return torch.stack([
+        x * (k // m), x * (k % m), x * (k + m), x * (k - m), x * (k * m), x * (-k),
+        x * (k / m), x * torch.sym_max(k, m), x * torch.sym_min(k, m),
+        x * (k < m), x * (k <= m), x * (k > m), x * (k >= m), x * (k == m), x * (k != m),
+        x * torch.sym_float(k) / 4, x * torch.sym_int(k / m), x * math.floor(k / m), x * math.ceil(k / m),
+    ])
+
+
+# Signs in every combination: Python floors `//` and gives `%` the divisor's
+# sign, where C++ truncates; ties for max/min/comparisons.
+_PAIRS = [(7, 3), (-7, 3), (7, -3), (-7, -3), (9, 3), (-9, 4), (5, 5), (2, 8), (-2, -8), (13, 2)]
+
+
+def test_size_arithmetic_follows_python(tmp_path):
+    x = torch.linspace(-2, 2, 5)
+    compiled = {native: _compile(_size_arithmetic, tmp_path, str(native), native=native, dynamic=True)
+                for native in (True, False)}
+    xv = x.to("vtpu")
+    for k, m in _PAIRS:
+        want = _size_arithmetic(x, k, m)
+        got = {native: fn(xv, k, m).cpu() for native, fn in compiled.items()}
+        assert torch.equal(got[True], got[False]), (k, m)
+        torch.testing.assert_close(got[True], want, rtol=0, atol=0, msg=f"k={k} m={m}")
+    assert _program_kinds(tmp_path / "True") and set(_program_kinds(tmp_path / "True")) == {"native"}
+    assert set(_program_kinds(tmp_path / "False")) == {"python"}
+
+
+def test_symbolic_size_lists_and_sym_size(tmp_path):
+    """`view`/`expand`/`new_zeros` with sizes computed from a symbolic batch:
+    int lists mixing slots and constants, `sym_size` calls, numbers as tensor
+    operands (`x * x.shape[0]`)."""
+
+    def f(x):
+        n = x.shape[0]
+        y = x.view(n // 2, 2, -1).expand(3, n // 2, 2, x.shape[1]) * n
+        return y.sum(0) + x.new_zeros(n // 2, 2 * x.shape[1]).view(n // 2, 2, -1) - x.shape[1]
+
+    native = _compile(f, tmp_path, "native", dynamic=True)
+    python = _compile(f, tmp_path, "python", native=False, dynamic=True)
+    for n in (4, 6, 10, 2):
+        x = torch.randn(n, 3, generator=torch.Generator().manual_seed(n))
+        got = native(x.to("vtpu")).cpu()
+        assert torch.equal(got, python(x.to("vtpu")).cpu()), n
+        torch.testing.assert_close(got, f(x), rtol=1e-6, atol=1e-6)
+    assert set(_program_kinds(tmp_path / "native")) == {"native"}
+
+
+@pytest.mark.parametrize("dynamic", [True, None])
+def test_decoding_with_a_growing_cache_runs_native_with_eager_tokens(tmp_path, dynamic):
+    """Greedy decoding of the Qwen3-style model with its KV cache: with
+    `dynamic=True`, and with the default (Dynamo's automatic dynamic, after the
+    cache length changed once), every graph is a native program, recompiles
+    stop after the cache becomes symbolic, and the tokens and logits are the
+    Python program's bits and eager mode's tokens."""
+    from torch_vtpu.models.qwen3_mini import Qwen3Mini, Qwen3MiniConfig, generate_greedy
+
+    torch.manual_seed(0)
+    config = Qwen3MiniConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    model = Qwen3Mini(config).eval().to("vtpu")
+    prompt = torch.randint(0, 128, (1, 6), generator=torch.Generator().manual_seed(1)).to("vtpu")
+    with torch.no_grad():
+        want = generate_greedy(model, prompt, 12).cpu()
+        native = _compile(model, tmp_path, "native", dynamic=dynamic)
+        got = generate_greedy(native, prompt, 12).cpu()
+        graphs_after_first = len(_program_kinds(tmp_path / "native"))
+        assert torch.equal(generate_greedy(native, prompt, 12).cpu(), got)
+        # A second decode of the same lengths compiles nothing more.
+        assert len(_program_kinds(tmp_path / "native")) == graphs_after_first
+        python = _compile(model, tmp_path, "python", native=False, dynamic=dynamic)
+        logits_native, cache = native(prompt, use_cache=True)
+        logits_python, _ = python(prompt, use_cache=True)
+        step_native, _ = native(prompt[:, -1:], past_key_values=cache, use_cache=True)
+        step_python, _ = python(prompt[:, -1:], past_key_values=cache, use_cache=True)
+    assert torch.equal(got, want)
+    assert torch.equal(logits_native.cpu(), logits_python.cpu())
+    assert torch.equal(step_native.cpu(), step_python.cpu())
+    kinds = _program_kinds(tmp_path / "native")
+    assert kinds and set(kinds) == {"native"}, kinds
+    # prompt, first step (static), then one symbolic graph for the rest.
+    assert graphs_after_first <= 3, graphs_after_first

@@ -224,6 +224,19 @@ def test_switches_read_every_spelling_of_on_and_off(value, generated):
     assert ("is not one of" in out.stderr) == (value == "bogus"), out.stderr[-2000:]
 
 
+@pytest.mark.parametrize("value, logged", [("1", True), ("true", True), ("ON", True), ("0", False),
+                                           ("off", False), ("ture", False)])
+def test_compile_logging_reads_every_spelling_of_on_and_off(tmp_path, value, logged):
+    # VTPU_LOG_COMPILES (read by the engine, not the bridge) took only "1": `true`
+    # was silently off, and a typo said nothing.
+    env = dict(os.environ, VTPU_LOG_COMPILES=value, VTPU_AOT_KERNELS="0", VTPU_CACHE_DIR=str(tmp_path / "cache"))
+    program = "import torch, torch_vtpu\nx = torch.ones(7, device='vtpu')\nprint(((x.exp() + 1) * x.sin()).sum().item() > 0)"
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "True" in out.stdout, out.stderr[-2000:]
+    assert ("vtpu: compiling" in out.stderr) == logged, out.stderr[-2000:]
+    assert (out.stderr.count("is not one of") == 1) == (value == "ture"), out.stderr[-2000:]
+
+
 def test_kernel_dumps_into_a_missing_directory_are_said_once(tmp_path):
     env = dict(os.environ, VTPU_DUMP_KERNELS=str(tmp_path / "missing"), VTPU_AOT_KERNELS="0",
                VTPU_CACHE_DIR=str(tmp_path / "cache"))

@@ -1,6 +1,7 @@
 #include "vtpu/compiler/kernel_provider.h"
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,27 @@
 
 namespace vtpu::compiler {
 namespace {
+
+// VTPU_LOG_COMPILES, read once: on/off spelled as every vtpu switch is
+// (1/true/yes/on, 0/false/no/off, any case); anything else is said once on
+// stderr and leaves logging off. It used to take only "1", so `true` was
+// silently off.
+bool log_compiles() {
+  static const bool on = [] {
+    const char* raw = std::getenv("VTPU_LOG_COMPILES");
+    if (raw == nullptr) return false;
+    std::string value;
+    for (const char* c = raw; *c != '\0'; ++c)
+      if (!std::isspace(static_cast<unsigned char>(*c)))
+        value.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(*c))));
+    if (value.empty() || value == "0" || value == "false" || value == "no" || value == "off") return false;
+    if (value == "1" || value == "true" || value == "yes" || value == "on") return true;
+    std::fprintf(stderr, "vtpu: VTPU_LOG_COMPILES=%s is not one of 1/true/yes/on or 0/false/no/off; using off\n",
+                 raw);
+    return false;
+  }();
+  return on;
+}
 
 // The host's instruction set, as far as -march=native can see it: the CPU
 // model and its feature flags. Two machines that differ here get different
@@ -113,9 +135,9 @@ VtpuKernelFn KernelProvider::get(const ir::Graph& graph) {
   // compiler_ exists from key_for_source on and is only read from here on.
   const SystemCompiler& system_compiler = *compiler_;
   auto entry = cache_->get_or_create(key, [&] {
-    // VTPU_LOG_COMPILES=1: which graphs compile at run time (candidates for
+    // VTPU_LOG_COMPILES: which graphs compile at run time (candidates for
     // the ahead-of-time library).
-    if (const char* log = std::getenv("VTPU_LOG_COMPILES"); log != nullptr && std::string(log) == "1")
+    if (log_compiles())
       std::fprintf(stderr, "vtpu: compiling %s\n%s\n", symbol.c_str(), ir::to_string(graph).c_str());
     // VTPU_DUMP_KERNELS=dir: the IR and the generated source of each compile.
     if (const char* dir = std::getenv("VTPU_DUMP_KERNELS"); dir != nullptr && *dir != '\0') {

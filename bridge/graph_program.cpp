@@ -10,7 +10,8 @@
 // Graphs with symbolic sizes (torch.compile's dynamic shapes: a decoder's
 // growing KV cache) carry their sizes as numbers: graph inputs, `sym_size`
 // results and Python arithmetic on them (`past_len + seq`), which run here as
-// arith instructions with Python's semantics on int64, double and bool.
+// number instructions: size_arithmetic.h's fast path where int64/double give
+// exactly Python's result, the graph's Python function otherwise.
 #include <ATen/ScalarOps.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <pybind11/pybind11.h>
@@ -44,15 +45,31 @@ struct ArgSpec {
   std::vector<std::int64_t> ints;
 };
 
+// An operand of a number instruction: a slot, or a constant (as an IValue
+// for the fast path when it is a number, and as the Python object for the call).
+struct NumberOperand {
+  int slot = -1;
+  c10::IValue number;
+  py::object object;
+};
+
 struct Instruction {
-  enum Kind { kCall, kGetItem, kRelease, kEndChain, kArith } kind = kCall;
+  // kNumber: a Python function of numbers (size arithmetic and the like),
+  // computed by size_arithmetic.h's fast path where it promises Python's
+  // result (`fast`), else by calling `fn` (with the operands as one list when
+  // `pack`: torch.sym_sum).
+  enum Kind { kCall, kGetItem, kRelease, kEndChain, kNumber } kind = kCall;
   const c10::OperatorHandle* op = nullptr;
   std::size_t returns = 0;
   std::vector<ArgSpec> args;
   int out = -1;
   int src = -1;
   std::int64_t index = 0;
-  SizeOp arith = SizeOp::kAdd;
+  bool fast = false;
+  SizeOp size_op = SizeOp::kAdd;
+  bool pack = false;
+  std::vector<NumberOperand> numbers;
+  py::object fn;
 };
 
 c10::TypePtr element_type(const c10::TypePtr& type) {
@@ -62,19 +79,12 @@ c10::TypePtr element_type(const c10::TypePtr& type) {
   return nullptr;
 }
 
-// A Python number as an IValue of its own type (bool before int: a bool is an int in Python).
-c10::IValue number_value(const py::handle& value) {
-  if (PyBool_Check(value.ptr())) return value.cast<bool>();
-  if (PyLong_Check(value.ptr())) return value.cast<std::int64_t>();
-  if (PyFloat_Check(value.ptr())) return value.cast<double>();
-  throw std::invalid_argument(std::string("a size operand of type ") + Py_TYPE(value.ptr())->tp_name);
-}
+bool is_size_number(const c10::IValue& v) { return v.isInt() || v.isDouble() || v.isBool(); }
 
 SizeNumber size_number(const c10::IValue& v) {
   if (v.isBool()) return SizeNumber::of_bool(v.toBool());
   if (v.isInt()) return SizeNumber::of_int(v.toInt());
-  if (v.isDouble()) return SizeNumber::of_float(v.toDouble());
-  throw std::invalid_argument("size arithmetic on a value of kind " + v.tagKind());
+  return SizeNumber::of_float(v.toDouble());
 }
 
 c10::IValue size_value(const SizeNumber& n) {
@@ -85,14 +95,50 @@ c10::IValue size_value(const SizeNumber& n) {
   }
 }
 
-// The size arithmetic's error as the Python exception the Python program raises.
-[[noreturn]] void raise_as_python(const SizeArithmeticError& e) {
-  PyObject* type = e.kind == SizeArithmeticError::Kind::kZeroDivision ? PyExc_ZeroDivisionError
-                   : e.kind == SizeArithmeticError::Kind::kOverflow   ? PyExc_OverflowError
-                   : e.kind == SizeArithmeticError::Kind::kValue      ? PyExc_ValueError
-                                                                      : PyExc_TypeError;
-  PyErr_SetString(type, e.what());
-  throw py::error_already_set();
+// An int beyond int64 kept as its Python object inside an IValue (torch's own
+// holder of that kind needs symbols libtorch_python does not export).
+class PythonNumberHolder final : public c10::ivalue::PyObjectHolder {
+ public:
+  explicit PythonNumberHolder(py::object obj) : obj_(std::move(obj)) {}
+  ~PythonNumberHolder() override {
+    py::gil_scoped_acquire gil;
+    obj_ = py::object();
+  }
+  PyObject* getPyObject() override { return obj_.ptr(); }
+  c10::InferredType tryToInferType() override { return c10::InferredType(c10::NumberType::get()); }
+  c10::IValue toIValue(const c10::TypePtr& type, std::optional<int32_t> = std::nullopt) override {
+    throw std::invalid_argument("a Python int beyond int64 where " + type->str() + " is expected");
+  }
+  std::string toStr() override {
+    py::gil_scoped_acquire gil;
+    return py::str(obj_).cast<std::string>();
+  }
+  std::vector<at::Tensor> extractTensors() override { return {}; }
+
+ private:
+  py::object obj_;
+};
+
+c10::IValue held_python_number(const py::handle& obj) {
+  return c10::IValue(c10::intrusive_ptr<c10::ivalue::PyObjectHolder>(
+      c10::make_intrusive<PythonNumberHolder>(py::reinterpret_borrow<py::object>(obj))));
+}
+
+// A Python number (or None) as an IValue of its own kind; an int beyond int64
+// (Python's ints grow) is kept as the Python object, which number
+// instructions hand back to Python and outputs return as it is.
+c10::IValue python_number(const py::handle& obj) {
+  if (obj.is_none()) return c10::IValue();
+  if (PyBool_Check(obj.ptr())) return obj.cast<bool>();
+  if (PyLong_Check(obj.ptr())) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+    if (overflow == 0 && !(v == -1 && PyErr_Occurred())) return static_cast<std::int64_t>(v);
+    PyErr_Clear();
+    return held_python_number(obj);
+  }
+  if (PyFloat_Check(obj.ptr())) return obj.cast<double>();
+  return held_python_number(obj);
 }
 
 bool is_int_list(const c10::TypePtr& type) {
@@ -170,8 +216,19 @@ class GraphProgram {
   // `instructions`: ("call", "aten::name", "overload", [positional specs],
   // {keyword: spec}, out_slot) | ("getitem", src, index, out) | ("release", slot)
   // | ("end_chain",): fused mode's chain boundary (fused_window.h).
-  GraphProgram(int slots, int inputs, const py::list& instructions, std::vector<int> outputs)
-      : slot_count_(static_cast<std::size_t>(slots)), inputs_(inputs), outputs_(std::move(outputs)) {
+  // `outputs`: a slot per output, or ("const", value) for an output the
+  // graph returns as a constant (None included).
+  GraphProgram(int slots, int inputs, const py::list& instructions, const py::list& outputs)
+      : slot_count_(static_cast<std::size_t>(slots)), inputs_(inputs) {
+    for (const py::handle& o : outputs) {
+      if (PyLong_Check(o.ptr())) {
+        outputs_.push_back(o.cast<int>());
+        output_constants_.push_back(py::none());
+      } else {
+        outputs_.push_back(-1);
+        output_constants_.push_back(py::reinterpret_borrow<py::object>(o.cast<py::tuple>()[1]));
+      }
+    }
     for (const py::handle& item : instructions) {
       const auto t = item.cast<py::tuple>();
       const std::string kind = t[0].cast<std::string>();
@@ -213,24 +270,27 @@ class GraphProgram {
         ins.src = t[1].cast<int>();
       } else if (kind == "end_chain") {
         ins.kind = Instruction::kEndChain;
-      } else if (kind == "arith") {
-        ins.kind = Instruction::kArith;
-        ins.arith = parse_size_op(t[1].cast<std::string>());
+      } else if (kind == "number") {
+        // ("number", fast op name or "", [("slot", i) | ("const", value)], out, fn, pack)
+        ins.kind = Instruction::kNumber;
+        const std::string name = t[1].cast<std::string>();
+        ins.fast = !name.empty();
+        if (ins.fast) ins.size_op = parse_size_op(name);
         for (const py::handle& operand : t[2].cast<py::list>()) {
           const auto spec = operand.cast<py::tuple>();
-          ArgSpec a;
+          NumberOperand a;
           if (spec[0].cast<std::string>() == "slot") {
-            a.kind = ArgSpec::kSlot;
             a.slot = spec[1].cast<int>();
           } else {
-            a.constant = number_value(spec[1]);
+            a.object = py::reinterpret_borrow<py::object>(spec[1]);
+            a.number = python_number(spec[1]);
           }
-          ins.args.push_back(std::move(a));
+          ins.numbers.push_back(std::move(a));
         }
-        if (ins.args.size() != size_op_arity(ins.arith))
-          throw std::invalid_argument("size arithmetic " + t[1].cast<std::string>() + " with " +
-                                      std::to_string(ins.args.size()) + " operands");
         ins.out = t[3].cast<int>();
+        ins.fn = py::reinterpret_borrow<py::object>(t[4]);
+        ins.pack = t[5].cast<bool>();
+        if (!PyCallable_Check(ins.fn.ptr())) throw std::invalid_argument("a number instruction without a function");
       } else {
         throw std::invalid_argument("unknown instruction " + kind);
       }
@@ -282,25 +342,18 @@ class GraphProgram {
         case Instruction::kEndChain:
           end_fused_chain();
           break;
-        case Instruction::kArith: {
-          const c10::IValue& a = operand(ins.args[0], values);
-          const c10::IValue& b = ins.args.size() > 1 ? operand(ins.args[1], values) : a;
-          try {
-            values[static_cast<std::size_t>(ins.out)] =
-                size_value(apply_size_op(ins.arith, size_number(a), size_number(b)));
-          } catch (const SizeArithmeticError& e) {
-            raise_as_python(e);
-          }
+        case Instruction::kNumber:
+          values[static_cast<std::size_t>(ins.out)] = run_number(ins, values);
           break;
-        }
       }
     }
     // Copied, not moved: AOTAutograd's graphs return one value twice (a
     // gradient shared by two inputs, a user output also saved for backward).
     py::list out;
-    for (int slot : outputs_) {
-      if (slot < 0) out.append(py::none());
-      else out.append(torch::jit::toPyObject(values[static_cast<std::size_t>(slot)]));
+    for (std::size_t i = 0; i < outputs_.size(); ++i) {
+      const int slot = outputs_[i];
+      if (slot >= 0) out.append(torch::jit::toPyObject(values[static_cast<std::size_t>(slot)]));
+      else out.append(output_constants_[i]);
     }
     return out;
   }
@@ -311,9 +364,7 @@ class GraphProgram {
   static c10::IValue input_value(const py::handle& obj) {
     if (THPVariable_Check(obj.ptr())) return THPVariable_Unpack(obj.ptr());
     if (obj.is_none()) return c10::IValue();
-    if (PyBool_Check(obj.ptr())) return obj.cast<bool>();
-    if (PyLong_Check(obj.ptr())) return obj.cast<std::int64_t>();
-    if (PyFloat_Check(obj.ptr())) return obj.cast<double>();
+    if (PyBool_Check(obj.ptr()) || PyLong_Check(obj.ptr()) || PyFloat_Check(obj.ptr())) return python_number(obj);
     throw std::invalid_argument(std::string("compiled graph input of type ") + Py_TYPE(obj.ptr())->tp_name);
   }
 
@@ -353,13 +404,40 @@ class GraphProgram {
     }
   }
 
-  static const c10::IValue& operand(const ArgSpec& a, const std::vector<c10::IValue>& values) {
-    return a.kind == ArgSpec::kSlot ? values[static_cast<std::size_t>(a.slot)] : a.constant;
+  static const c10::IValue& number_at(const NumberOperand& a, const std::vector<c10::IValue>& values) {
+    return a.slot >= 0 ? values[static_cast<std::size_t>(a.slot)] : a.number;
+  }
+
+  // The fast path where it promises Python's result, else the Python function
+  // itself (which also raises what Python raises: ZeroDivisionError, ...).
+  static c10::IValue run_number(const Instruction& ins, const std::vector<c10::IValue>& values) {
+    if (ins.fast) {
+      c10::SmallVector<SizeNumber, 4> numbers;
+      bool plain = true;
+      for (const NumberOperand& a : ins.numbers) {
+        const c10::IValue& v = number_at(a, values);
+        if (!is_size_number(v)) {
+          plain = false;
+          break;
+        }
+        numbers.push_back(size_number(v));
+      }
+      if (plain)
+        if (const auto result = apply_size_op(ins.size_op, numbers.data(), numbers.size())) return size_value(*result);
+    }
+    py::tuple args(ins.numbers.size());
+    for (std::size_t i = 0; i < ins.numbers.size(); ++i) {
+      const NumberOperand& a = ins.numbers[i];
+      args[i] = a.slot >= 0 ? torch::jit::toPyObject(values[static_cast<std::size_t>(a.slot)]) : a.object;
+    }
+    const py::object result = ins.pack ? ins.fn(py::list(args)) : ins.fn(*args);
+    return python_number(result);
   }
 
   std::size_t slot_count_;
   int inputs_;
-  std::vector<int> outputs_;
+  std::vector<int> outputs_;        // a slot, or -1: the constant in output_constants_
+  std::vector<py::object> output_constants_;
   std::vector<c10::OperatorHandle> ops_;
   std::vector<Instruction> instructions_;
 };
@@ -368,9 +446,9 @@ class GraphProgram {
 
 void register_graph_program(py::module& m) {
   py::class_<GraphProgram>(m, "_GraphProgram")
-      .def(py::init([](int slots, int inputs, const py::list& instructions, std::vector<int> outputs) {
+      .def(py::init([](int slots, int inputs, const py::list& instructions, const py::list& outputs) {
              try {
-               return new GraphProgram(slots, inputs, instructions, std::move(outputs));
+               return new GraphProgram(slots, inputs, instructions, outputs);
              } catch (const std::invalid_argument& e) {
                throw py::value_error(std::string("vtpu graph program: ") + e.what());
              }

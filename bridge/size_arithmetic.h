@@ -3,20 +3,25 @@
 // graph program (graph_program.cpp). Free of ATen and Python headers: the
 // program converts its IValues to SizeNumber and back.
 //
-// Semantics are Python's for int (int64 here: sizes never come near its
-// range, and overflow raises instead of wrapping), float and bool: bools
-// count as ints in arithmetic, any float operand makes the result a float,
-// floor division and modulo round toward negative infinity.
+// The fast path of the common cases only: a result is returned only when
+// int64/double arithmetic gives exactly what Python gives (bools count as
+// ints, a float operand makes a float, floor division and modulo round toward
+// negative infinity). Everything else — overflow past int64 (Python's ints
+// grow), an int beyond 2^53 meeting a float or a true division (Python rounds
+// the exact value once), division by zero, NaN to int, floats in `//`, `%`,
+// `&`, `|` — gives no result, and the program calls the Python function the
+// graph names instead, which computes (or raises) exactly as the Python
+// program would.
 #pragma once
 
 #include <cstdint>
-#include <stdexcept>
+#include <optional>
 #include <string>
 
 namespace vtpu::bridge {
 
 enum class SizeOp { kAdd, kSub, kMul, kTrueDiv, kFloorDiv, kMod, kNeg, kEq, kNe, kLt, kLe, kGt, kGe,
-                    kAnd, kOr, kMax, kMin, kNot, kFloat, kInt, kFloor, kCeil };
+                    kAnd, kOr, kMax, kMin, kNot, kFloat, kInt, kFloor, kCeil, kSum };
 
 struct SizeNumber {
   enum class Kind { kInt, kFloat, kBool } kind = Kind::kInt;
@@ -28,16 +33,11 @@ struct SizeNumber {
   static SizeNumber of_bool(bool v) { return {Kind::kBool, v ? 1 : 0, 0.0}; }
 };
 
-// What Python raises: ZeroDivisionError, OverflowError, ValueError or TypeError.
-struct SizeArithmeticError : std::runtime_error {
-  enum class Kind { kZeroDivision, kOverflow, kValue, kType } kind;
-  SizeArithmeticError(Kind k, const std::string& message) : std::runtime_error(message), kind(k) {}
-};
-
-// codegen.py's names ("add", "floordiv", "max", ...); std::invalid_argument for others.
+// codegen.py's names ("add", "floordiv", "max", "sum", ...); std::invalid_argument for others.
 SizeOp parse_size_op(const std::string& name);
+// Operand count; 0 for kSum, which takes any number.
 std::size_t size_op_arity(SizeOp op);
-// `b` is ignored by unary operations.
-SizeNumber apply_size_op(SizeOp op, const SizeNumber& a, const SizeNumber& b);
+// Python's result, or nullopt where this fast path cannot promise it.
+std::optional<SizeNumber> apply_size_op(SizeOp op, const SizeNumber* operands, std::size_t count);
 
 }  // namespace vtpu::bridge

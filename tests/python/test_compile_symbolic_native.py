@@ -126,3 +126,58 @@ def test_decoding_with_a_growing_cache_runs_native_with_eager_tokens(tmp_path, d
     assert kinds and set(kinds) == {"native"}, kinds
     # prompt, first step (static), then one symbolic graph for the rest.
     assert graphs_after_first <= 3, graphs_after_first
+
+
+def _lcg(x, step):
+    """Int arithmetic past int64 on a Python int argument: Python's ints grow,
+    the program's fast path gives way to Python (the native program raised
+    OverflowError; found by a review)."""
+    h = (step * 6364136223846793005 + 1442695040888963407) % 9223372036854775783
+    return x * (h % 7), h, step * 2**40 * 2**40
+
+
+def test_ints_past_int64_and_exact_true_division_follow_python(tmp_path):
+    native = _compile(_lcg, tmp_path, "native", dynamic=True)
+    python = _compile(_lcg, tmp_path, "python", native=False, dynamic=True)
+    x = torch.ones(2)
+    for step in (3, 5, 2**63, -(2**70), 12345678901234567):
+        got, want, reference = native(x.to("vtpu"), step), python(x.to("vtpu"), step), _lcg(x, step)
+        assert got[1:] == want[1:] == reference[1:], step
+        assert torch.equal(got[0].cpu(), reference[0]) and torch.equal(got[0].cpu(), want[0].cpu()), step
+    # An int beyond 2^53 divided: Python rounds the exact quotient once, two
+    # doubles would round the dividend first (3207668833033704.0).
+    divide = _compile(lambda x, a, b: (x + 1, a / b, a < b * 1.5), tmp_path, "divide", dynamic=True)
+    for a, b in ((7, 3), (2004793020646064781, 625), (2**53 + 1, 1)):
+        out = divide(torch.ones(1, device="vtpu"), a, b)
+        assert out[1] == a / b and out[2] == (a < b * 1.5), (a, b, out[1:])
+    assert set(_program_kinds(tmp_path / "native")) == {"native"}
+    assert set(_program_kinds(tmp_path / "divide")) == {"native"}
+
+
+def test_other_number_functions_and_constant_outputs_stay_native(tmp_path):
+    """torch.sym_sum (the length of a cat over a symbolic cache), `abs`, `**`
+    and a constant among the outputs used to send the graph to the Python
+    program; they now run natively, as the Python function for the ones
+    without a fast path."""
+
+    def step(cache, new, k):
+        kv = torch.cat([cache, new], dim=2)
+        b, h, t, d = kv.shape
+        return kv.view(b * h, t, d).sum(1) * abs(k - 7) + k ** 2, kv, None
+
+    native = _compile(step, tmp_path, "native", dynamic=True)
+    python = _compile(step, tmp_path, "python", native=False, dynamic=True)
+    g = torch.Generator().manual_seed(0)
+    for n, k in ((3, 2), (4, 9), (6, -3)):
+        cache, new = torch.randn(1, 2, n, 4, generator=g), torch.randn(1, 2, 1, 4, generator=g)
+        got = native(cache.to("vtpu"), new.to("vtpu"), k)
+        want = python(cache.to("vtpu"), new.to("vtpu"), k)
+        reference = step(cache, new, k)
+        assert got[2] is None
+        for a, b, c in zip(got[:2], want[:2], reference[:2]):
+            assert torch.equal(a.cpu(), b.cpu())
+            torch.testing.assert_close(a.cpu(), c, rtol=1e-6, atol=1e-6)
+    kinds = _program_kinds(tmp_path / "native")
+    assert kinds and set(kinds) == {"native"}, kinds
+    sources = "".join(p.read_text() for p in (tmp_path / "native").glob("*.fx.py"))
+    assert "sym_sum" in sources, "the graph no longer exercises torch.sym_sum"

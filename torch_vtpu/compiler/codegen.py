@@ -165,11 +165,12 @@ def build_native(gm: fx.GraphModule, order: Sequence[fx.Node], memory_planning: 
         return None
 
 
-# Size arithmetic Dynamo leaves in graphs with symbolic sizes (`past_len +
-# seq`, `n // heads`), run natively with Python's semantics on ints, floats
-# and bools (bridge/graph_program.cpp); the name is the C++ instruction's.
-# floordiv and mod take ints only (checked per node): Python's float floor
-# division has rounding rules the native program does not copy.
+# Number functions Dynamo leaves in graphs with symbolic sizes (`past_len +
+# seq`, `n // heads`): these run on bridge/size_arithmetic.h's fast path where
+# int64/double arithmetic gives exactly Python's result; the name is the C++
+# operation's. Any other function of numbers (`abs`, `**`, `torch.sym_ite`),
+# and these where the fast path cannot promise Python's result (ints past
+# int64, division by zero, ...), is called as the Python function it is.
 _SIZE_ARITHMETIC: Dict[Any, str] = {
     operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "truediv",
     operator.floordiv: "floordiv", operator.mod: "mod", operator.neg: "neg",
@@ -177,9 +178,8 @@ _SIZE_ARITHMETIC: Dict[Any, str] = {
     operator.ge: "ge", operator.and_: "and", operator.or_: "or",
     torch.sym_max: "max", torch.sym_min: "min", torch.sym_not: "not",
     torch.sym_float: "float", torch.sym_int: "int", math.trunc: "int", math.floor: "floor",
-    math.ceil: "ceil",
+    math.ceil: "ceil", torch.sym_sum: "sum",
 }
-_INT_ONLY = {"floordiv", "mod"}
 _NUMBER_TYPES = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
@@ -232,10 +232,10 @@ def _native(gm, order, memory_planning, program_type, ends) -> Callable:
     def operand(arg: Any) -> tuple:
         if isinstance(arg, fx.Node):
             if arg in constants or not _is_number(arg):
-                raise _Unsupported(f"size arithmetic on a non-number: {arg.format_node()}")
+                raise _Unsupported(f"a number function of a non-number: {arg.format_node()}")
             return ("slot", slots[arg])
-        if not isinstance(arg, (int, float, bool)):
-            raise _Unsupported(f"size arithmetic on {type(arg).__name__}")
+        if arg is not None and not isinstance(arg, (int, float, bool)):
+            raise _Unsupported(f"a number function of {type(arg).__name__}")
         return ("const", arg)
 
     instructions: List[tuple] = []
@@ -276,17 +276,23 @@ def _native(gm, order, memory_planning, program_type, ends) -> Callable:
             instructions.append(("call", name, "" if overload == "default" else overload,
                                  [spec(a, arguments[i].name in wants_tensor) for i, a in enumerate(n.args)],
                                  {k: spec(v, k in wants_tensor) for k, v in n.kwargs.items()}, slots[n]))
-        elif n.op == "call_function" and n.target in _SIZE_ARITHMETIC:
-            op = _SIZE_ARITHMETIC[n.target]
-            if n.kwargs or not _is_number(n):
-                raise _Unsupported(n.format_node())
-            if op in _INT_ONLY and not all(_is_int(a) for a in n.args):
-                raise _Unsupported(f"{op} of a non-int: {n.format_node()}")
-            slots[n] = len(slots)
-            instructions.append(("arith", op, [operand(a) for a in n.args], slots[n]))
         elif n.op == "call_function" and n.target is operator.getitem and isinstance(n.args[1], int):
             slots[n] = len(slots)
             instructions.append(("getitem", slots[n.args[0]], n.args[1], slots[n]))
+        elif (n.op == "call_function" and _is_number(n) and not n.kwargs and callable(n.target)
+              and not isinstance(n.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket,
+                                            torch._ops.HigherOrderOperator))):
+            # A function of numbers: size arithmetic, or any other pure number
+            # function Dynamo leaves (called from C++ as the Python function).
+            pack = n.target is torch.sym_sum
+            if pack and (len(n.args) != 1 or not isinstance(n.args[0], (list, tuple))):
+                raise _Unsupported(n.format_node())
+            arguments = n.args[0] if pack else n.args
+            if any(isinstance(a, (list, tuple, dict)) for a in arguments):
+                raise _Unsupported(f"a number function of a container: {n.format_node()}")
+            slots[n] = len(slots)
+            instructions.append(("number", _SIZE_ARITHMETIC.get(n.target, ""), [operand(a) for a in arguments],
+                                 slots[n], n.target, pack))
         else:
             raise _Unsupported(n.format_node())
         if memory_planning and n not in last_use and n not in returned:
@@ -297,9 +303,17 @@ def _native(gm, order, memory_planning, program_type, ends) -> Callable:
             instructions.append(("end_chain",))
     result = output.args[0]
     items = result if isinstance(result, (list, tuple)) else [result]
-    if not all(r is None or (isinstance(r, fx.Node) and r in slots) for r in items):
-        raise _Unsupported("output structure")
-    native = program_type(len(slots), len(placeholders), instructions, [-1 if r is None else slots[r] for r in items])
+    outputs: List[Any] = []
+    for r in items:
+        if isinstance(r, fx.Node) and r in slots:
+            outputs.append(slots[r])
+        elif isinstance(r, fx.Node) and r in constants:
+            outputs.append(("const", constants[r]))
+        elif r is None or isinstance(r, (int, float, bool)):
+            outputs.append(("const", r))
+        else:
+            raise _Unsupported("output structure")
+    native = program_type(len(slots), len(placeholders), instructions, outputs)
     if isinstance(result, tuple):
         return lambda args: tuple(native(args))
     if isinstance(result, list):

@@ -31,10 +31,15 @@ void check_device_index(c10::DeviceIndex device) {
                    static_cast<int>(device), "; this process has 1 vtpu device (vtpu:0)");
 }
 
-void set_gauge(c10::CachingAllocator::StatArray& stat, std::size_t current, std::size_t peak) {
+// The aggregate entry of one of CUDA's statistics: a gauge (current, peak)
+// and its counters since the last reset of accumulated statistics.
+void set_stat(c10::CachingAllocator::StatArray& stat, std::size_t current, std::size_t peak, std::uint64_t allocated,
+              std::uint64_t freed) {
   auto& all = stat[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
   all.current = static_cast<int64_t>(current);
   all.peak = static_cast<int64_t>(peak);
+  all.allocated = static_cast<int64_t>(allocated);
+  all.freed = static_cast<int64_t>(freed);
 }
 
 class DeviceAllocator final : public c10::DeviceAllocator {
@@ -75,23 +80,32 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   // One in-order stream: a block is reused only by work queued after it.
   void recordStream(const c10::DataPtr&, c10::Stream) override {}
 
-  // The engine's gauges as the aggregate entries of CUDA's layout (what
+  // The engine's statistics as the aggregate entries of CUDA's layout (what
   // torch.accelerator.memory_stats() flattens: "allocated_bytes.all.current",
-  // ...). The engine does not split small and large pools or track
-  // inactive splits; those entries stay zero.
+  // ...). Every block is its own host allocation (a segment), never split:
+  // active equals allocated, and the inactive-split entries stay zero. The
+  // engine rounds requests to its size classes and does not keep what was
+  // asked for, so requested_bytes reports the rounded bytes. Current and peak
+  // values are gauges a reset of accumulated statistics leaves alone (the
+  // allocation count used to be allocations - frees, negative after one).
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     check_device_index(device);
     const runtime::AllocatorStats s = DeviceContext::get().allocator().stats();
     c10::CachingDeviceAllocator::DeviceStats d;
-    set_gauge(d.allocated_bytes, s.allocated_bytes, s.peak_allocated_bytes);
-    set_gauge(d.active_bytes, s.allocated_bytes, s.peak_allocated_bytes);
-    set_gauge(d.requested_bytes, s.allocated_bytes, s.peak_allocated_bytes);
-    set_gauge(d.reserved_bytes, s.reserved_bytes, s.peak_reserved_bytes);
-    auto& allocation = d.allocation[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
-    allocation.allocated = static_cast<int64_t>(s.allocations);
-    allocation.freed = static_cast<int64_t>(s.frees);
-    allocation.current = static_cast<int64_t>(s.allocations - s.frees);
+    set_stat(d.allocation, s.live_blocks, s.peak_live_blocks, s.allocations, s.frees);
+    set_stat(d.active, s.live_blocks, s.peak_live_blocks, s.allocations, s.frees);
+    set_stat(d.segment, s.segments, s.peak_segments, s.host_allocations, s.host_frees);
+    set_stat(d.allocated_bytes, s.allocated_bytes, s.peak_allocated_bytes, s.allocated_bytes_total,
+             s.freed_bytes_total);
+    set_stat(d.active_bytes, s.allocated_bytes, s.peak_allocated_bytes, s.allocated_bytes_total,
+             s.freed_bytes_total);
+    set_stat(d.requested_bytes, s.allocated_bytes, s.peak_allocated_bytes, s.allocated_bytes_total,
+             s.freed_bytes_total);
+    set_stat(d.reserved_bytes, s.reserved_bytes, s.peak_reserved_bytes, s.reserved_bytes_total,
+             s.released_bytes_total);
     d.num_ooms = static_cast<int64_t>(s.out_of_memory);
+    d.num_device_alloc = static_cast<int64_t>(s.host_allocations);
+    d.num_device_free = static_cast<int64_t>(s.host_frees);
     return d;
   }
 

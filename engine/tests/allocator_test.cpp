@@ -69,6 +69,51 @@ TEST(AllocatorTest, PointersAre64ByteAlignedForManySizes) {
   EXPECT_EQ(alloc.stats().allocated_bytes, 0u);
 }
 
+// CUDA's statistics: block and segment gauges survive a reset of the
+// accumulated counters (the bridge used to derive the live-block count from
+// allocations - frees, which went negative after a reset), and the byte
+// totals count from the reset.
+TEST(AllocatorTest, GaugesSurviveAResetOfAccumulatedCounters) {
+  Allocator alloc(64 * MiB);
+  void* a = alloc.allocate(100);   // -> 128
+  void* b = alloc.allocate(1000);  // -> 1024
+  alloc.reset_accumulated_stats();
+  AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.live_blocks, 2u);
+  EXPECT_EQ(s.peak_live_blocks, 2u);
+  EXPECT_EQ(s.segments, 2u);
+  EXPECT_EQ(s.allocations, 0u);
+  EXPECT_EQ(s.allocated_bytes_total, 0u);
+  EXPECT_EQ(s.host_allocations, 0u);
+
+  alloc.deallocate(a);
+  alloc.deallocate(b);
+  s = alloc.stats();
+  EXPECT_EQ(s.live_blocks, 0u);
+  EXPECT_EQ(s.segments, 2u);  // cached, still reserved
+  EXPECT_EQ(s.frees, 2u);
+  EXPECT_EQ(s.freed_bytes_total, 1152u);
+
+  void* c = alloc.allocate(120);  // the cached 128-byte block
+  s = alloc.stats();
+  EXPECT_EQ(s.live_blocks, 1u);
+  EXPECT_EQ(s.allocated_bytes_total, 128u);
+  EXPECT_EQ(s.host_allocations, 0u);
+
+  alloc.empty_cache();  // the idle 1024-byte block goes back to the host
+  s = alloc.stats();
+  EXPECT_EQ(s.segments, 1u);
+  EXPECT_EQ(s.peak_segments, 2u);
+  EXPECT_EQ(s.host_frees, 1u);
+  EXPECT_EQ(s.released_bytes_total, 1024u);
+
+  alloc.reset_peak_stats();
+  s = alloc.stats();
+  EXPECT_EQ(s.peak_live_blocks, 1u);
+  EXPECT_EQ(s.peak_segments, 1u);
+  alloc.deallocate(c);
+}
+
 TEST(AllocatorTest, StatsExactAfterAllocFreeSequence) {
   Allocator alloc(64 * MiB);
   void* a = alloc.allocate(100);   // -> 128

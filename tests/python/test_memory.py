@@ -165,6 +165,68 @@ def test_pinned_host_memory():
     assert torch.equal(torch.cat(batches), host)
 
 
+def test_memory_stats_counters_and_gauges_follow_cudas_semantics():
+    """Found by a review: reset_accumulated_memory_stats() zeroed the counters
+    the live-allocation count was computed from ("allocation.all.current" went
+    to -5 after freeing 5 tensors), and active, segment, byte totals and the
+    allocation peak read 0. Gauges (current, peak) survive a reset of the
+    accumulated counters; counters count from it."""
+    import gc
+
+    vtpu = torch.vtpu
+    gc.collect()
+    vtpu.synchronize()
+    vtpu.empty_cache()
+    base = vtpu.memory_stats()
+    xs = [torch.empty(1000, device="vtpu") for _ in range(5)]
+    vtpu.reset_accumulated_memory_stats()
+    s = vtpu.memory_stats()
+    live = base["allocation.all.current"] + 5
+    assert s["allocation.all.current"] == s["active.all.current"] == live
+    assert s["allocation.all.peak"] >= live and s["active.all.peak"] >= live
+    assert s["allocation.all.allocated"] == s["allocation.all.freed"] == 0
+    assert s["segment.all.current"] >= 5 and s["segment.all.peak"] >= s["segment.all.current"]
+    block = (s["allocated_bytes.all.current"] - base["allocated_bytes.all.current"]) // 5
+    assert block >= 4000
+    del xs
+    gc.collect()
+    s = vtpu.memory_stats()
+    assert s["allocation.all.current"] == s["active.all.current"] == base["allocation.all.current"]
+    assert s["allocation.all.freed"] == 5 and s["allocated_bytes.all.freed"] == 5 * block
+    y = torch.empty(1000, device="vtpu")
+    s = vtpu.memory_stats()
+    assert s["allocation.all.current"] == base["allocation.all.current"] + 1
+    assert s["allocation.all.allocated"] == 1 and s["allocated_bytes.all.allocated"] == block
+    # The cached blocks served it: no new host allocation; emptying the cache
+    # returns the four idle segments.
+    assert s["num_device_alloc"] == 0 and s["reserved_bytes.all.allocated"] == 0
+    vtpu.empty_cache()
+    s = vtpu.memory_stats()
+    assert s["num_device_free"] >= 4 and s["reserved_bytes.all.freed"] >= 4 * block
+    assert (s["segment.all.current"] > 0) == (s["reserved_bytes.all.current"] > 0)
+    vtpu.reset_peak_memory_stats()
+    s = vtpu.memory_stats()
+    for key in ("allocation", "active", "segment", "allocated_bytes", "reserved_bytes"):
+        assert s[f"{key}.all.peak"] == s[f"{key}.all.current"], key
+    del y
+
+
+def test_empty_host_cache_after_device_use_does_not_crash():
+    """torch.accelerator.empty_host_cache() calls the device's host allocator,
+    which vtpu did not register: the process died (SIGSEGV) once vtpu had been
+    used (found by a review). vtpu's pinned-memory allocator is now that host
+    allocator; it caches nothing, so emptying it is a no-op."""
+    program = ("import torch, torch_vtpu\n"
+               "x = torch.ones(4, device='vtpu')\n"
+               "p = torch.arange(6.0).pin_memory()\n"
+               "torch.accelerator.empty_host_cache()\n"
+               "print('alive', p.is_pinned(), (x + 1).sum().item())")
+    out = subprocess.run([sys.executable, "-c", program], env=dict(os.environ), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert "alive True 8.0" in out.stdout
+
+
 def test_reserved_memory_stays_bounded_when_sizes_keep_changing():
     # Found by a review of varying shapes: cached blocks were reused only for
     # their exact size, so every distinct size left one behind (3 GB reserved,

@@ -135,8 +135,16 @@ void* Allocator::allocate(std::size_t nbytes) {
     live_[ptr] = rounded;
     stats_.reserved_bytes += rounded;
     stats_.allocated_bytes += rounded;
+    ++stats_.segments;
+    ++stats_.host_allocations;
+    stats_.reserved_bytes_total += rounded;
+    block = rounded;
   }
   ++stats_.allocations;
+  stats_.allocated_bytes_total += block;
+  stats_.live_blocks = live_.size();
+  stats_.peak_live_blocks = std::max(stats_.peak_live_blocks, stats_.live_blocks);
+  stats_.peak_segments = std::max(stats_.peak_segments, stats_.segments);
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
   stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
   return ptr;
@@ -152,7 +160,9 @@ void Allocator::deallocate(void* ptr) {
   const std::size_t block = it->second;
   live_.erase(it);
   stats_.allocated_bytes -= block;
+  stats_.live_blocks = live_.size();
   ++stats_.frees;
+  stats_.freed_bytes_total += block;
   // Reuse needs no stamp (the stream runs work in order); returning the
   // block to the host does.
   const Cached cached{ptr, mark, block};
@@ -196,7 +206,7 @@ void Allocator::release_cache_locked(bool everything) {
     const auto first_idle = std::partition(blocks.begin(), blocks.end(), [&](const Cached& c) { return !idle(c); });
     for (auto b = first_idle; b != blocks.end(); ++b) {
       std::free(b->ptr);
-      stats_.reserved_bytes -= b->size;
+      note_released_locked(b->size);
       released = true;
     }
     blocks.erase(first_idle, blocks.end());
@@ -207,11 +217,18 @@ void Allocator::release_cache_locked(bool everything) {
       continue;
     }
     std::free(it->second.ptr);
-    stats_.reserved_bytes -= it->first;
+    note_released_locked(it->first);
     it = large_free_.erase(it);
     released = true;
   }
   if (released && !everything) return_free_pages_to_os();
+}
+
+void Allocator::note_released_locked(std::size_t bytes) {
+  stats_.reserved_bytes -= bytes;
+  --stats_.segments;
+  ++stats_.host_frees;
+  stats_.released_bytes_total += bytes;
 }
 
 void Allocator::empty_cache() {
@@ -228,12 +245,20 @@ void Allocator::reset_peak_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.peak_allocated_bytes = stats_.allocated_bytes;
   stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  stats_.peak_live_blocks = stats_.live_blocks;
+  stats_.peak_segments = stats_.segments;
 }
 
 void Allocator::reset_accumulated_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
   stats_.allocations = 0;
   stats_.frees = 0;
+  stats_.allocated_bytes_total = 0;
+  stats_.freed_bytes_total = 0;
+  stats_.host_allocations = 0;
+  stats_.host_frees = 0;
+  stats_.reserved_bytes_total = 0;
+  stats_.released_bytes_total = 0;
   stats_.cache_hits = 0;
   stats_.out_of_memory = 0;
 }

@@ -22,13 +22,25 @@
 
 namespace vtpu::runtime {
 
+// Gauges (current and peak) and counters (since the last
+// reset_accumulated_stats), the shape of CUDA's caching allocator statistics.
 struct AllocatorStats {
   std::size_t allocated_bytes = 0;       // live blocks, rounded sizes
   std::size_t reserved_bytes = 0;        // live + cached
   std::size_t peak_allocated_bytes = 0;
   std::size_t peak_reserved_bytes = 0;
+  std::size_t live_blocks = 0;           // blocks handed out and not freed
+  std::size_t peak_live_blocks = 0;
+  std::size_t segments = 0;              // blocks taken from the host (live + cached)
+  std::size_t peak_segments = 0;
   std::uint64_t allocations = 0;
   std::uint64_t frees = 0;
+  std::uint64_t allocated_bytes_total = 0;  // bytes handed out
+  std::uint64_t freed_bytes_total = 0;      // bytes given back by their owners
+  std::uint64_t host_allocations = 0;       // blocks taken from the host
+  std::uint64_t host_frees = 0;             // blocks returned to the host
+  std::uint64_t reserved_bytes_total = 0;   // their bytes
+  std::uint64_t released_bytes_total = 0;
   std::uint64_t cache_hits = 0;          // requests served from the cache
   std::uint64_t out_of_memory = 0;       // requests refused for the capacity
 };
@@ -75,8 +87,9 @@ class Allocator {
   void empty_cache();
   AllocatorStats stats() const;
   void reset_peak_stats();
-  // Zeroes the counters (allocations, frees, cache hits, out-of-memory
-  // refusals); the byte gauges and their peaks are left as they are.
+  // Zeroes the counters (allocations, frees, their byte totals, host
+  // allocations and releases, cache hits, out-of-memory refusals); the gauges
+  // (current bytes, blocks, segments) and their peaks are left as they are.
   void reset_accumulated_stats();
   std::size_t capacity() const;
   void set_capacity(std::size_t capacity_bytes);
@@ -100,6 +113,8 @@ class Allocator {
   // Frees the cached blocks whose users have all run (every one when
   // `everything`: the allocator's destruction).
   void release_cache_locked(bool everything = false);
+  // A cached block of `bytes` went back to the host: the gauges and counters.
+  void note_released_locked(std::size_t bytes);
   void release_cache_guarded(std::unique_lock<std::mutex>& lock);
 
   mutable std::mutex mutex_;

@@ -79,11 +79,18 @@ class VtpuHooks final : public at::PrivateUse1HooksInterface {
  public:
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
-  const at::Generator& getDefaultGenerator(c10::DeviceIndex) const override {
+  // torch.Generator(device="vtpu:1") used to give a generator of vtpu:0.
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
+    check_generator_device(index);
     return default_generator();
   }
-  at::Generator getNewGenerator(c10::DeviceIndex) const override {
+  at::Generator getNewGenerator(c10::DeviceIndex index) const override {
+    check_generator_device(index);
     return at::make_generator<VtpuGeneratorImpl>();
+  }
+  static void check_generator_device(c10::DeviceIndex index) {
+    TORCH_CHECK(index == -1 || index == 0, "vtpu: invalid device index ", static_cast<int>(index),
+                "; this process has 1 vtpu device (vtpu:0)");
   }
   at::Device getDeviceFromPtr(void*) const override { return c10::Device(kVtpu, 0); }
   bool isPinnedPtr(const void* ptr) const override { return is_pinned_pointer(ptr); }

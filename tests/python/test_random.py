@@ -113,3 +113,13 @@ def test_checkpoint_recomputes_dropout_with_the_same_mask(mode, use_reentrant):
         y.sum().backward()
         grads.append(x.grad.cpu())
     assert torch.equal(grads[0], grads[1])
+
+
+def test_a_generator_of_a_missing_device_is_refused():
+    # torch.Generator(device="vtpu:1") used to give a generator of vtpu:0
+    # (found by a review); there is one vtpu device, as torch.cuda refuses an
+    # index past its device count.
+    assert torch.Generator(device="vtpu").device == torch.device("vtpu", 0)
+    assert torch.Generator(device="vtpu:0").device == torch.device("vtpu", 0)
+    with pytest.raises(RuntimeError, match="invalid device index 1"):
+        torch.Generator(device="vtpu:1")

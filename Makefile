@@ -46,7 +46,7 @@ engine-test: system-deps $(DEPS_STAMP)
 	$(VENV)/bin/cmake -S engine -B build/engine -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	    -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja >/dev/null
 	$(VENV)/bin/cmake --build build/engine -j2
-	$(VENV)/bin/ctest --test-dir build/engine --output-on-failure
+	$(VENV)/bin/ctest --test-dir build/engine --output-on-failure -j2
 
 # Generated kernels are the default: the ahead-of-time library serves the
 # common ones, the rest compile on first use into a cache under build/.

@@ -52,6 +52,10 @@ def _register_device() -> None:
 
     if not hasattr(torch, "vtpu"):
         torch._register_device_module("vtpu", _device)
+        # Named as sys.modules knows it (torch.cuda's is "torch.cuda"):
+        # transformers reads the device type from the device module's name.
+        # Its classes keep __module__ torch_vtpu._device, where pickle finds them.
+        _device.__name__ = "torch.vtpu"
     if not hasattr(torch.Tensor, "is_vtpu"):
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_storage=True

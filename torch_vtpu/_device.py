@@ -293,9 +293,9 @@ def get_device_properties(device: _DeviceLike = None) -> VtpuDeviceProperties:
 
 # ---- streams and events ------------------------------------------------------
 
-def current_stream(device: _DeviceLike = None) -> torch.Stream:
+def current_stream(device: _DeviceLike = None) -> "Stream":
     _check_device(device)
-    return torch.Stream(device="vtpu")
+    return Stream()
 
 
 def default_stream(device: _DeviceLike = None) -> torch.Stream:
@@ -309,8 +309,39 @@ def set_stream(stream: torch.Stream) -> None:
     _check_device(stream.device_index)
 
 
-Event = torch.Event
-Stream = torch.Stream
+class Stream(torch.Stream):
+    """As ``torch.cuda.Stream``: a stream of a vtpu device. vTPU has one
+    in-order stream, so every stream object is that stream; ``priority`` is
+    accepted and changes nothing (there is no other stream to run before).
+    Another device type raises ValueError, a missing index RuntimeError, as
+    CUDA's do (``torch.Stream`` itself takes any device: it gave a CPU
+    stream for ``device="cpu"``)."""
+
+    def __new__(cls, device: _DeviceLike = None, priority: int = 0, **kwargs: Any) -> "Stream":
+        if kwargs:  # torch.Stream's (stream_id, device_index, device_type) form
+            stream = super().__new__(cls, priority=priority, **kwargs)
+            if stream.device.type != "vtpu":
+                raise ValueError(f"expected a vtpu stream, got a stream of {stream.device}")
+            _check_device(stream.device_index)
+            return stream
+        _check_device(device)
+        return super().__new__(cls, device="vtpu", priority=priority)
+
+
+class _VtpuEventType(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "vtpu"
+
+
+class Event(metaclass=_VtpuEventType):
+    """As ``torch.cuda.Event``: an event of a vtpu device (``device``, when
+    given, must name one; ``torch.Event`` accepted any index). It makes a
+    plain ``torch.Event``, not a subclass instance: torch's event methods
+    accept only that exact type as their other event (``elapsed_time``)."""
+
+    def __new__(cls, device: _DeviceLike = None, **kwargs: Any) -> torch.Event:  # type: ignore[misc]
+        _check_device(device)
+        return torch.Event(device="vtpu", **kwargs)
 
 
 class StreamContext:

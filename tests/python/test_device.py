@@ -29,6 +29,42 @@ def test_device_module_contract():
     assert 0 <= free <= total and total > 0
 
 
+def test_stream_and_event_classes_check_their_device_as_cuda():
+    # torch.vtpu.Stream was torch.Stream, which gave a CPU stream for
+    # device="cpu", and torch.vtpu.Event accepted vtpu:1 (found by review).
+    with pytest.raises(ValueError, match="expected a vtpu device, got cpu"):
+        torch.vtpu.Stream(device="cpu")
+    with pytest.raises(ValueError, match="vtpu stream"):
+        torch.vtpu.Stream(stream_id=0, device_index=0, device_type=0)  # a CPU stream's triple
+    with pytest.raises(ValueError, match="expected a vtpu device, got cpu"):
+        torch.vtpu.Event("cpu")
+    with pytest.raises(RuntimeError, match="invalid device index 1"):
+        torch.vtpu.Event("vtpu:1")
+    s = torch.vtpu.Stream(priority=-1)
+    assert isinstance(s, torch.Stream) and s.device == torch.device("vtpu:0")
+    assert s == torch.vtpu.current_stream() == torch.accelerator.current_stream()
+    rebuilt = torch.vtpu.Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)
+    assert rebuilt == s and isinstance(rebuilt, torch.vtpu.Stream)
+    start, end = torch.vtpu.Event(enable_timing=True), torch.vtpu.Event("vtpu:0", enable_timing=True)
+    assert isinstance(start, torch.vtpu.Event) and not isinstance(torch.Event("cpu"), torch.vtpu.Event)
+    start.record(s)
+    y = torch.ones(256, 256, device="vtpu") @ torch.ones(256, 256, device="vtpu")
+    end.record(s)
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0 and y[0, 0].item() == 256
+
+
+def test_device_module_is_named_as_torch_knows_it():
+    # transformers reads the device type from the device module's name
+    # (continuous batching's accelerator checks); it was torch_vtpu._device.
+    import sys
+    assert torch.get_device_module("vtpu").__name__ == "torch.vtpu"
+    assert sys.modules["torch.vtpu"] is torch.vtpu
+    from transformers.generation.continuous_batching.utils import create_device_stream, get_available_accelerator_module
+    assert get_available_accelerator_module() is torch.vtpu
+    assert create_device_stream(torch.device("vtpu")) == torch.vtpu.current_stream()
+
+
 def test_invalid_device_index_raises():
     with pytest.raises(RuntimeError, match="vtpu:1"):
         torch.ones(2, device="vtpu:1")

@@ -89,7 +89,9 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 
 def get_amp_supported_dtype() -> List[torch.dtype]:
-    return [torch.bfloat16, torch.float16]
+    # float32 as CUDA allows it: autocast to float32 runs the lower-precision
+    # ops of a bfloat16/float16 model in float32 (CPU autocast refuses it).
+    return [torch.bfloat16, torch.float16, torch.float32]
 
 
 def _is_in_bad_fork() -> bool:

@@ -1,5 +1,6 @@
 """The device itself: names, the torch.vtpu module, tensor/module/storage methods."""
 import io
+import warnings
 
 import pytest
 import torch
@@ -232,6 +233,19 @@ def test_autocast_bfloat16_matches_cpu_autocast():
     assert y.dtype == torch.bfloat16 and expected.dtype == torch.bfloat16
     assert z.dtype == torch.float32
     torch.testing.assert_close(y.cpu(), expected)
+
+
+def test_autocast_to_float32_runs_lower_precision_ops_in_float32_as_cuda():
+    # CUDA's autocast takes float32; vtpu's used the CPU's list and warned
+    # "not supported. Disabling autocast" (found by review).
+    a, b = torch.randn(8, 8, dtype=torch.bfloat16), torch.randn(8, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.autocast("vtpu", dtype=torch.float32):
+            assert torch.is_autocast_enabled("vtpu")
+            product = torch.mm(a.to("vtpu"), b.to("vtpu"))  # bf16 @ f32 raises without autocast
+    assert product.dtype == torch.float32
+    torch.testing.assert_close(product.cpu(), a.float() @ b)
 
 
 @pytest.mark.parametrize("mode", ["debug", "strict", "fused"])

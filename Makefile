@@ -16,10 +16,11 @@ demo: build
 
 test: build engine-test python-test host-path-test
 
-# redis-server: the shared compile-cache tier's tests start one on a loopback port.
+# redis-server: the shared compile-cache tier's tests start one on a loopback port;
+# libssl-dev: TLS to Redis (rediss://), whose tests make certificates with openssl.
 system-deps:
 	@missing=""; \
-	for pkg in g++ cmake ninja-build libgtest-dev ccache redis-server; do \
+	for pkg in g++ cmake ninja-build libgtest-dev ccache redis-server libssl-dev openssl; do \
 	  dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; \
 	done; \
 	if [ -n "$$missing" ]; then \

@@ -133,7 +133,7 @@ def _print_shared_tier() -> int:
     """The shared tier's lines of ``cache stats``; 2 when it is misconfigured."""
     status = torch_vtpu._C._shared_cache_status()
     if status is None:
-        print("shared tier  none (set VTPU_SHARED_CACHE to a shared directory or redis://host:port)")
+        print("shared tier  none (set VTPU_SHARED_CACHE to a shared directory, redis://host:port or rediss://host:port)")
         return 0
     if "error" in status:
         print(f"shared tier  {status['location']}: not usable: {status['error']}", file=sys.stderr)

@@ -22,6 +22,7 @@
 #include <optional>
 #include <thread>
 
+#include "local_redis.h"
 #include "scoped_env.h"
 #include "temp_dir.h"
 #include "vtpu/cache/compile_cache.h"
@@ -34,7 +35,10 @@ namespace vtpu::cache {
 namespace {
 
 namespace fs = std::filesystem;
+using vtpu::testing::LocalRedis;
 using vtpu::testing::TempDir;
+using vtpu::testing::free_port;
+using vtpu::testing::redis_server_binary;
 using runtime::Error;
 using runtime::ErrorKind;
 
@@ -411,7 +415,7 @@ TEST(RedisAddressTest, ParsesUrlsAndRejectsBadOnes) {
   EXPECT_EQ(a.host, "::1");
   EXPECT_EQ(a.port, 6380);
   EXPECT_EQ(a.describe(), "[::1]:6380");
-  for (const char* bad : {"rediss://host", "http://host", "redis://", "redis://host:0", "redis://host:70000",
+  for (const char* bad : {"rediss:/host", "http://host", "redis://", "redis://host:0", "redis://host:70000",
                           "redis://host:port", "redis://host/x", "redis://user@host", "redis://:@host",
                           "redis://[::1", "redis://[::1]x"}) {
     try {
@@ -423,69 +427,6 @@ TEST(RedisAddressTest, ParsesUrlsAndRejectsBadOnes) {
     }
   }
 }
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-std::optional<std::string> redis_server_binary() {
-  for (const char* dir : {"/usr/bin", "/usr/local/bin", "/usr/sbin"}) {
-    const std::string path = std::string(dir) + "/redis-server";
-    if (::access(path.c_str(), X_OK) == 0) return path;
-  }
-  return std::nullopt;
-}
-
-// A throwaway redis-server on a loopback port, killed with the object.
-class LocalRedis {
- public:
-  LocalRedis(const std::string& binary, const std::string& password) : port_(free_port()) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::vector<std::string> args = {binary, "--port", std::to_string(port_), "--bind", "127.0.0.1",
-                                       "--save", "", "--appendonly", "no", "--loglevel", "warning"};
-      if (!password.empty()) args.insert(args.end(), {"--requirepass", password});
-      std::vector<char*> argv;
-      for (auto& arg : args) argv.push_back(arg.data());
-      argv.push_back(nullptr);
-      ::execv(binary.c_str(), argv.data());
-      ::_exit(127);
-    }
-    // Ready when it accepts connections (bounded wait).
-    for (int i = 0; i < 100 && !accepting(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ~LocalRedis() { stop(); }
-  void stop() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-  }
-  int port() const { return port_; }
-  bool accepting() const {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<std::uint16_t>(port_));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    ::close(fd);
-    return ok;
-  }
-
- private:
-  int port_;
-  pid_t pid_ = -1;
-};
 
 TEST(RedisStoreTest, RoundTripsAuthenticatesClearsAndSurvivesTheServerGoingAway) {
   const auto binary = redis_server_binary();

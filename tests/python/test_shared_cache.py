@@ -108,14 +108,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def redis_url():
+def _run_redis(args):
+    """A redis-server on a free loopback port with `args(port)`, until the generator ends."""
     binary = shutil.which("redis-server") or ("/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else None)
     if binary is None:
         pytest.skip("redis-server is not installed (apt-get install redis-server; make test installs it)")
     port = _free_port()
-    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--appendonly", "no", "--requirepass", "pw-for-tests"],
+    server = subprocess.Popen([binary, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                               "--requirepass", "pw-for-tests", *args(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10
@@ -127,10 +127,37 @@ def redis_url():
                 if time.monotonic() > deadline or server.poll() is not None:
                     pytest.fail("redis-server did not start")
                 time.sleep(0.05)
-        yield f"redis://:pw-for-tests@127.0.0.1:{port}/1"
+        yield port
     finally:
         server.kill()
         server.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_url():
+    for port in _run_redis(lambda port: ["--port", str(port)]):
+        yield f"redis://:pw-for-tests@127.0.0.1:{port}/1"
+
+
+@pytest.fixture
+def tls_redis(tmp_path):
+    """A TLS-only redis-server with a certificate for 127.0.0.1 from a throwaway CA:
+    (its rediss:// URL, the CA file)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed (make test installs it)")
+    d = tmp_path / "tls"
+    d.mkdir()
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    (d / "ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    for cmd in (["req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=test-ca"],
+                ["req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=test-server"],
+                ["x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-out", "server.crt", "-days", "2", "-extfile", "ext"]):
+        subprocess.run(["openssl", *cmd], cwd=d, check=True, capture_output=True, timeout=60)
+    tls_args = ["--tls-cert-file", str(d / "server.crt"), "--tls-key-file", str(d / "server.key"),
+                "--tls-ca-cert-file", str(d / "ca.crt"), "--tls-auth-clients", "no"]
+    for port in _run_redis(lambda port: ["--port", "0", "--tls-port", str(port), *tls_args]):
+        yield f"rediss://:pw-for-tests@127.0.0.1:{port}/1", str(d / "ca.crt")
 
 
 def test_servers_share_kernels_through_redis(tmp_path, redis_url):
@@ -139,6 +166,22 @@ def test_servers_share_kernels_through_redis(tmp_path, redis_url):
     second = _server(tmp_path, "b", VTPU_SHARED_CACHE=redis_url, VTPU_CACHE_KEY=KEY)
     assert second["compiles"] == 0 and second["cache_hits"]["shared"] == first["compiles"], second
     assert second["bits"] == first["bits"]
+
+
+def test_servers_share_kernels_through_redis_over_tls(tmp_path, tls_redis):
+    url, ca = tls_redis
+    first = _server(tmp_path, "a", VTPU_SHARED_CACHE=url, VTPU_CACHE_KEY=KEY, VTPU_SHARED_CACHE_TLS_CA=ca)
+    assert first["compiles"] >= 3 and first["errors"] == 0, first
+    second = _server(tmp_path, "b", VTPU_SHARED_CACHE=url, VTPU_CACHE_KEY=KEY, VTPU_SHARED_CACHE_TLS_CA=ca)
+    assert second["compiles"] == 0 and second["cache_hits"]["shared"] == first["compiles"], second
+    assert second["bits"] == first["bits"]
+    # Without the CA the server's certificate does not verify: nothing is
+    # fetched, the process warns once and compiles its own kernels.
+    stranger = _server(tmp_path, "c", VTPU_SHARED_CACHE=url, VTPU_CACHE_KEY=KEY)
+    assert stranger["cache_hits"]["shared"] == 0 and stranger["errors"] >= 1 and stranger["compiles"] >= 3, stranger
+    said = stranger["warnings"] + [stranger["stderr"]]
+    assert sum("does not verify" in w for w in said) >= 1, said
+    assert not any("pw-for-tests" in w for w in said), said
 
 
 def test_an_unreachable_redis_costs_a_warning_not_the_run(tmp_path):

@@ -12,7 +12,9 @@
 // process's memory (the shared tier also stops asking for a while after it
 // fails). Sends use MSG_NOSIGNAL so a server that closed the connection
 // cannot kill the process with SIGPIPE. Host name resolution is the system
-// resolver's and is not bounded by the timeout.
+// resolver's and is not bounded by the timeout. "rediss://" runs the same
+// protocol over TLS (tls_channel.h), the handshake within the connection's
+// deadline.
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -30,6 +32,7 @@
 #include <optional>
 
 #include "posix_file.h"
+#include "tls_channel.h"
 #include "vtpu/cache/byte_store.h"
 #include "vtpu/runtime/error.h"
 
@@ -78,9 +81,10 @@ std::int64_t parse_int(std::string_view text, const char* what) {
 
 class Connection {
  public:
-  Connection(const RedisAddress& address, std::chrono::milliseconds timeout) : timeout_(timeout) {
+  Connection(const RedisAddress& address, std::chrono::milliseconds timeout, const TlsOptions& tls)
+      : timeout_(timeout) {
     deadline_ = Clock::now() + timeout_;
-    open(address);
+    open(address, tls);
   }
 
   Reply command(std::initializer_list<std::string_view> args) {
@@ -103,7 +107,7 @@ class Connection {
     out.append("\r\n");
   }
 
-  void open(const RedisAddress& address) {
+  void open(const RedisAddress& address, const TlsOptions& tls) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -143,6 +147,11 @@ class Connection {
     // for what is left of the request's deadline.
     const int one = 1;
     ::setsockopt(fd_.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (address.tls) {
+      tls_ = std::make_unique<detail::TlsChannel>(fd_.get(), address.host, tls);
+      for (detail::TlsStep step = tls_->handshake(); step.wait != 0; step = tls_->handshake())
+        if (!wait_for(fd_.get(), step.wait)) throw StoreUnavailable("TLS handshake: timed out");
+    }
     if (!address.password.empty()) {
       const Reply auth = address.user.empty() ? command({"AUTH", address.password})
                                               : command({"AUTH", address.user, address.password});
@@ -169,6 +178,11 @@ class Connection {
   }
 
   void send_all(std::string_view bytes) {
+    while (tls_ && !bytes.empty()) {
+      const detail::TlsStep step = tls_->write(bytes.data(), bytes.size());
+      bytes.remove_prefix(step.bytes);
+      if (step.wait != 0 && !wait_for(fd_.get(), step.wait)) throw StoreUnavailable("send: timed out");
+    }
     while (!bytes.empty()) {
       const ssize_t n = ::send(fd_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL);
       if (n > 0) {
@@ -187,6 +201,15 @@ class Connection {
   // More bytes from the socket into buffer_, within the deadline.
   void fill() {
     char chunk[65536];
+    while (tls_) {
+      const detail::TlsStep step = tls_->read(chunk, sizeof(chunk));
+      if (step.bytes > 0) {
+        buffer_.append(chunk, step.bytes);
+        return;
+      }
+      if (step.wait == 0) throw StoreUnavailable("the server closed the connection");
+      if (!wait_for(fd_.get(), step.wait)) throw StoreUnavailable("receive: timed out");
+    }
     for (;;) {
       const ssize_t n = ::recv(fd_.get(), chunk, sizeof(chunk), 0);
       if (n > 0) {
@@ -279,16 +302,17 @@ class Connection {
   std::chrono::milliseconds timeout_;
   Clock::time_point deadline_;
   detail::Fd fd_;
+  std::unique_ptr<detail::TlsChannel> tls_;  // "rediss://": every byte goes through it
   std::string buffer_;
   std::size_t pos_ = 0;
 };
 
 class RedisStore final : public ByteStore {
  public:
-  RedisStore(RedisAddress address, std::chrono::milliseconds timeout)
-      : address_(std::move(address)), timeout_(timeout) {}
+  RedisStore(RedisAddress address, std::chrono::milliseconds timeout, TlsOptions tls)
+      : address_(std::move(address)), timeout_(timeout), tls_(std::move(tls)) {}
 
-  std::string describe() const override { return "redis " + address_.describe(); }
+  std::string describe() const override { return (address_.tls ? "redis (TLS) " : "redis ") + address_.describe(); }
 
   std::optional<std::vector<std::uint8_t>> fetch(const std::string& name) override {
     const Reply r = request({"GET", std::string(kNamePrefix) + name});
@@ -327,7 +351,7 @@ class RedisStore final : public ByteStore {
     std::lock_guard<std::mutex> lock(mutex_);
     Reply r;
     try {
-      if (!connection_) connection_ = std::make_unique<Connection>(address_, timeout_);
+      if (!connection_) connection_ = std::make_unique<Connection>(address_, timeout_, tls_);
       r = connection_->command(args);
     } catch (const StoreUnavailable& e) {
       connection_.reset();  // the stream may be mid-reply: start over next time
@@ -350,6 +374,7 @@ class RedisStore final : public ByteStore {
 
   const RedisAddress address_;
   const std::chrono::milliseconds timeout_;
+  const TlsOptions tls_;
   std::mutex mutex_;
   std::unique_ptr<Connection> connection_;
 };
@@ -391,13 +416,18 @@ std::string redact_url(std::string_view url) {
 RedisAddress RedisAddress::parse(std::string_view url) {
   const auto invalid = [&](const std::string& why) {
     return Error(ErrorKind::kInvalidArgument, "VTPU_SHARED_CACHE: '" + redact_url(url) + "': " + why +
-                                                  " (expected redis://[[user]:password@]host[:port][/db])");
+                                                  " (expected redis[s]://[[user]:password@]host[:port][/db])");
   };
-  constexpr std::string_view kScheme = "redis://";
-  if (url.starts_with("rediss://")) throw invalid("TLS (rediss://) is not supported");
-  if (!url.starts_with(kScheme)) throw invalid("not a redis:// URL");
-  std::string_view rest = url.substr(kScheme.size());
   RedisAddress a;
+  std::string_view rest;
+  if (url.starts_with("redis://")) {
+    rest = url.substr(8);
+  } else if (url.starts_with("rediss://")) {
+    rest = url.substr(9);
+    a.tls = true;
+  } else {
+    throw invalid("not a redis:// or rediss:// URL");
+  }
   if (const auto at = rest.rfind('@'); at != std::string_view::npos) {
     const std::string_view userinfo = rest.substr(0, at);
     rest = rest.substr(at + 1);
@@ -460,9 +490,10 @@ std::string RedisAddress::describe() const {
   return out;
 }
 
-std::unique_ptr<ByteStore> open_redis_store(RedisAddress address, std::chrono::milliseconds timeout) {
+std::unique_ptr<ByteStore> open_redis_store(RedisAddress address, std::chrono::milliseconds timeout,
+                                            TlsOptions tls) {
   if (timeout.count() <= 0) throw Error(ErrorKind::kInvalidArgument, "[compile cache] redis timeout must be positive");
-  return std::make_unique<RedisStore>(std::move(address), timeout);
+  return std::make_unique<RedisStore>(std::move(address), timeout, std::move(tls));
 }
 
 }  // namespace vtpu::cache

@@ -47,6 +47,21 @@ std::chrono::milliseconds timeout_from_env() {
   return std::chrono::milliseconds(std::max<long long>(1, std::llround(seconds * 1000)));
 }
 
+// VTPU_SHARED_CACHE_TLS_{CA,CERT,KEY}; set for a redis:// or directory
+// tier they would be silently unused, so that is an error.
+TlsOptions tls_from_env(const std::string& where, bool tls) {
+  TlsOptions options{env_or_empty("VTPU_SHARED_CACHE_TLS_CA"), env_or_empty("VTPU_SHARED_CACHE_TLS_CERT"),
+                     env_or_empty("VTPU_SHARED_CACHE_TLS_KEY")};
+  const bool any = !options.ca_file.empty() || !options.cert_file.empty() || !options.key_file.empty();
+  if (any && !tls)
+    throw Error(ErrorKind::kInvalidArgument, "VTPU_SHARED_CACHE_TLS_* is set but VTPU_SHARED_CACHE ('" +
+                                                 redact_url(where) + "') is not a rediss:// URL");
+  if (!options.key_file.empty() && options.cert_file.empty())
+    throw Error(ErrorKind::kInvalidArgument,
+                "VTPU_SHARED_CACHE_TLS_KEY is set without VTPU_SHARED_CACHE_TLS_CERT (the client certificate)");
+  return options;
+}
+
 }  // namespace
 
 SharedTier::SharedTier(std::unique_ptr<ByteStore> store, std::string signing_key, Options options)
@@ -71,11 +86,14 @@ std::shared_ptr<SharedTier> SharedTier::from_env() {
   options.timeout = timeout_from_env();
   std::unique_ptr<ByteStore> store;
   if (where.starts_with("redis://") || where.starts_with("rediss://")) {
-    store = open_redis_store(RedisAddress::parse(where), options.timeout);
+    RedisAddress address = RedisAddress::parse(where);
+    TlsOptions tls = tls_from_env(where, address.tls);
+    store = open_redis_store(std::move(address), options.timeout, std::move(tls));
   } else if (where.find("://") != std::string::npos) {
     throw Error(ErrorKind::kInvalidArgument,
-                "VTPU_SHARED_CACHE: '" + redact_url(where) + "': unknown scheme (a directory path or redis://host:port)");
+                "VTPU_SHARED_CACHE: '" + redact_url(where) + "': unknown scheme (a directory path, redis://host:port or rediss://host:port)");
   } else {
+    tls_from_env(where, false);
     store = open_directory_store(where);
   }
   return std::make_shared<SharedTier>(std::move(store), key, options);

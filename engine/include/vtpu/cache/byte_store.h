@@ -72,12 +72,22 @@ struct RedisAddress {
   std::string user;      // ACL user name; empty: AUTH with the password alone
   std::string password;  // empty: no AUTH
   int database = 0;
+  bool tls = false;      // "rediss://"
 
-  // "redis://[[user]:password@]host[:port][/db]", user and password
+  // "redis[s]://[[user]:password@]host[:port][/db]", user and password
   // percent-decoded. Throws Error(kInvalidArgument) naming what is wrong, with
-  // the password masked (TLS "rediss://" is not supported).
+  // the password masked.
   static RedisAddress parse(std::string_view url);
   std::string describe() const;  // without the password
+};
+
+// TLS settings of a "rediss://" store (VTPU_SHARED_CACHE_TLS_CA, _CERT, _KEY).
+// The server's certificate must verify against the trusted CAs and name the
+// URL's host.
+struct TlsOptions {
+  std::string ca_file;    // PEM bundle of trusted CAs; empty: the system's trust store
+  std::string cert_file;  // client certificate chain (PEM), for servers that ask for one
+  std::string key_file;   // its private key (PEM); empty: in cert_file
 };
 
 // `url` with any password replaced by "***", for messages.
@@ -85,6 +95,8 @@ std::string redact_url(std::string_view url);
 
 // Connects lazily, on the first request; `timeout` bounds connecting and each
 // whole request (not each read). Values are stored under "vtpu:entry:<name>".
-std::unique_ptr<ByteStore> open_redis_store(RedisAddress address, std::chrono::milliseconds timeout);
+// `tls` applies to a "rediss://" address only.
+std::unique_ptr<ByteStore> open_redis_store(RedisAddress address, std::chrono::milliseconds timeout,
+                                            TlsOptions tls = {});
 
 }  // namespace vtpu::cache

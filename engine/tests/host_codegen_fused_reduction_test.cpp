@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernel_test_support.h"
+#include "test_kernel_cache.h"
 #include "vtpu/compiler/host_codegen.h"
 #include "vtpu/compiler/kernel_library.h"
 #include "vtpu/compiler/launch_abi.h"
@@ -201,7 +202,7 @@ TEST(HostCodegenFusedReduction, GivesTheBitsOfTheUnfusedKernels) {
     kernels.push_back(generate_host_kernel(built.back().elementwise, "elem_" + spec.name));
     kernels.push_back(generate_host_kernel(built.back().reduce, "red_" + spec.name));
   }
-  const auto library = KernelLibrary::load(SystemCompiler().compile(host_translation_unit(kernels)));
+  const auto library = KernelLibrary::load(testing::compile_once(host_translation_unit(kernels)));
   std::mt19937 rng(11);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const Spec& spec = specs[i];

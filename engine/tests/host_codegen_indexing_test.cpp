@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernel_test_support.h"
+#include "test_kernel_cache.h"
 #include "vtpu/compiler/host_codegen.h"
 #include "vtpu/compiler/kernel_library.h"
 #include "vtpu/compiler/launch_abi.h"
@@ -101,7 +102,7 @@ class HostCodegenIndexing : public ::testing::Test {
   static void SetUpTestSuite() {
     std::vector<GeneratedKernel> kernels;
     for (const auto& c : cases()) kernels.push_back(generate_host_kernel(c.graph, c.symbol));
-    library() = std::make_unique<KernelLibrary>(KernelLibrary::load(SystemCompiler().compile(host_translation_unit(kernels))));
+    library() = std::make_unique<KernelLibrary>(KernelLibrary::load(testing::compile_once(host_translation_unit(kernels))));
   }
   static void TearDownTestSuite() { library().reset(); }
   static std::unique_ptr<KernelLibrary>& library() {

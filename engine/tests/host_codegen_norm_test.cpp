@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "test_kernel_cache.h"
 #include "vtpu/compiler/host_codegen.h"
 #include "vtpu/compiler/kernel_library.h"
 #include "vtpu/compiler/launch_abi.h"
@@ -319,7 +320,7 @@ void HostCodegenNormTest::SetUpTestSuite() {
   for (const auto& c : cases())
     kernels.push_back(c.param_grads ? generate_norm_param_grad_kernel(c.graph, c.symbol)
                                     : generate_host_kernel(c.graph, c.symbol));
-  library() = std::make_unique<KernelLibrary>(KernelLibrary::load(SystemCompiler().compile(host_translation_unit(kernels))));
+  library() = std::make_unique<KernelLibrary>(KernelLibrary::load(testing::compile_once(host_translation_unit(kernels))));
 }
 
 // Row-major strides of sizes.

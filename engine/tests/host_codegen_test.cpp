@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "test_kernel_cache.h"
 #include "temp_dir.h"
 #include "vtpu/compiler/kernel_library.h"
 #include "vtpu/ir/canonical.h"
@@ -161,7 +162,7 @@ class HostCodegenTest : public ::testing::Test {
     std::vector<GeneratedKernel> kernels;
     for (const auto& c : cases()) kernels.push_back(generate_host_kernel(c.graph, c.symbol));
     const SystemCompiler compiler;
-    library() = std::make_unique<KernelLibrary>(KernelLibrary::load(compiler.compile(host_translation_unit(kernels))));
+    library() = std::make_unique<KernelLibrary>(KernelLibrary::load(testing::compile_once(host_translation_unit(kernels), compiler)));
   }
   static void TearDownTestSuite() { library().reset(); }
 
@@ -289,7 +290,7 @@ TEST(HostCodegenRuntimeScalars, AttributeValuesAreLaunchArguments) {
     cases.push_back(Case{symbol, other, inputs, launch_scalars(other)});
   }
   auto& library = HostCodegenTest::library();
-  library = std::make_unique<KernelLibrary>(KernelLibrary::load(SystemCompiler().compile(host_translation_unit(kernels))));
+  library = std::make_unique<KernelLibrary>(KernelLibrary::load(testing::compile_once(host_translation_unit(kernels))));
   for (const Case& c : cases) {
     ASSERT_EQ(c.scalars, std::vector<double>{-3.5});
     expect_matches_interpreter(c, launch(c, &threaded_for));
@@ -367,7 +368,7 @@ TEST(HostCodegenMixed16Bit, OperandsOfAnotherDtypeAreRoundedFirst) {
   std::vector<GeneratedKernel> kernels;
   for (const auto& e : expectations) kernels.push_back(generate_host_kernel(e.graph, e.symbol));
   auto& library = HostCodegenTest::library();
-  library = std::make_unique<KernelLibrary>(KernelLibrary::load(SystemCompiler().compile(host_translation_unit(kernels))));
+  library = std::make_unique<KernelLibrary>(KernelLibrary::load(testing::compile_once(host_translation_unit(kernels))));
   for (const auto& e : expectations) {
     const Case c{e.symbol, e.graph, e.inputs, launch_scalars(e.graph)};
     const auto got = launch(c, nullptr);
@@ -447,7 +448,7 @@ TEST(HostCodegenReductions, MatchTheInterpreter) {
     kernels.push_back(generate_host_kernel(c.graph, c.symbol));
     cases.push_back(std::move(c));
   }
-  const auto library = KernelLibrary::load(SystemCompiler().compile(host_translation_unit(kernels)));
+  const auto library = KernelLibrary::load(testing::compile_once(host_translation_unit(kernels)));
   for (std::size_t i = 0; i < cases.size(); ++i) {
     Case& c = cases[i];
     const auto& spec = specs[i];

@@ -241,6 +241,11 @@ void sparse_host_fallback(const c10::OperatorHandle& op, Stack* stack) {
       if (!on_device(t)) return t;
       device = t.device();
       if (is_sparse_layout(t)) {
+        // One copy per tensor: an op given the same tensor twice (smm's
+        // sspaddmm(result, result, ...) with out=result) must see one
+        // tensor, as ATen's kernels compare their arguments' identity.
+        for (const auto& [target, copy] : sparse_args)
+          if (target.is_same(t)) return copy;
         at::Tensor copy = sparse_copy_on(t, c10::Device(c10::kCPU));
         sparse_args.emplace_back(t, copy);
         return copy;

@@ -1042,3 +1042,24 @@ def test_compiled_decoding_with_dynamic_shapes_has_no_graph_break():
         got = generate_greedy(torch.compile(model, backend="vtpu", dynamic=True), prompt, 5).cpu()
     assert torch.equal(got, want)
     assert not torch._dynamo.utils.counters["graph_break"], dict(torch._dynamo.utils.counters["graph_break"])
+
+
+def test_a_jagged_nested_tensor_input_runs_as_on_the_cpu():
+    # AOTAutograd passes a jagged tensor's ragged size to the graph as a
+    # nested int, which the native program's number slots refused: every
+    # compiled function of a jagged tensor raised (found by review).
+    torch.manual_seed(0)
+    values, offsets, w = torch.randn(10, 8), torch.tensor([0, 3, 3, 7, 10]), torch.randn(4, 8)
+
+    def fn(x, weight):
+        return torch.nn.functional.linear(x.relu() * 2, weight).sin()
+
+    ref_leaf = values.clone().requires_grad_()
+    ref = fn(torch.nested.nested_tensor_from_jagged(ref_leaf, offsets), w)
+    leaf = values.to("vtpu").requires_grad_()
+    nt = torch.nested.nested_tensor_from_jagged(leaf, offsets.to("vtpu"))
+    out = torch.compile(fn, backend="vtpu")(nt, w.to("vtpu"))
+    torch.testing.assert_close(out.values().cpu(), ref.values())
+    out.values().sum().backward()
+    ref.values().sum().backward()
+    torch.testing.assert_close(leaf.grad.cpu(), ref_leaf.grad)

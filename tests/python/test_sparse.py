@@ -58,7 +58,18 @@ SPARSE_OPS = {
     "index_select": lambda s, d: s.index_select(0, torch.tensor([1], device=d.device)),
     "dtype_conversion": lambda s, d: s.double(),
     "clone_zero_": lambda s, d: [s.clone(), s.clone().zero_()],
+    # smm calls sspaddmm(result, result, ...) with out=result: one tensor
+    # twice, which raised a size error when the two became two host copies.
+    "smm": lambda s, d: torch.smm(s, d.t()),
+    "sspaddmm_out_self": lambda s, d: _sspaddmm_into_itself(s, d),
+    "hspmm": lambda s, d: torch.hspmm(s, d.t()),
 }
+
+
+def _sspaddmm_into_itself(s, d):
+    r = torch.empty(0, layout=torch.sparse_coo, device=d.device)  # resized by the op
+    torch.sspaddmm(r, s, d.t(), beta=0.0, out=r)
+    return r
 
 
 @pytest.mark.parametrize("mode", MODES)

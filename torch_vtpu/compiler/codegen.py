@@ -207,6 +207,11 @@ def _native(gm, order, memory_planning, program_type, ends) -> Callable:
     constants: Dict[fx.Node, Any] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n in placeholders:
+        val = n.meta.get("val")
+        if isinstance(val, torch.SymInt) and val.node.is_nested_int():
+            # A jagged tensor's ragged size: at run time a nested int, not a
+            # number a slot can hold; the Python program passes it through.
+            raise _Unsupported(f"a nested int input: {n.format_node()}")
         slots[n] = len(slots)
     output = order[-1]
     position, returned, last_use, release_after = _liveness(order, memory_planning)

@@ -462,6 +462,10 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         return device_view(arg, meta_out);
       }
       const HostResult host = host_result(op, r, meta_out, *stack, first);
+      if (host.undefined) {
+        fresh_slots.push_back(-1);
+        return at::Tensor();
+      }
       at::Tensor out = host.sizes           ? empty_device(*host.sizes, host.dtype)
                        : host.memory_format ? empty_device(meta_out.sizes(), host.dtype, host.memory_format)
                        : host.empty         ? empty_device({0}, host.dtype)
@@ -477,7 +481,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
       all_fresh_single_tensors = false;
     } else if (meta[r].isTensor()) {
       outputs[r] = make(meta[r].toTensor(), base);
-      if (alias || !meta[r].toTensor().defined()) all_fresh_single_tensors = false;
+      if (alias || !outputs[r].toTensor().defined()) all_fresh_single_tensors = false;
     } else {
       all_fresh_single_tensors = false;
       c10::List<at::Tensor> list;

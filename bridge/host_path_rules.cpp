@@ -93,6 +93,14 @@ HostResult host_result(const c10::OperatorHandle& op, std::size_t result, const 
     return host;
   }
   if (result == 0 || !stack[first].isTensor()) return host;
+  // _native_multi_head_attention(..., need_weights, ...): without weights the
+  // CPU kernel returns an undefined second result (MultiheadAttention's None),
+  // where the meta kernel's is an empty tensor.
+  if (name == "aten::_native_multi_head_attention" && result == 1 && stack.size() > first + 10 &&
+      stack[first + 10].isBool() && !stack[first + 10].toBool()) {
+    host.undefined = true;
+    return host;
+  }
   if ((name == "aten::_embedding_bag" || name == "aten::_embedding_bag_forward_only") && result <= 3 &&
       stack.size() >= first + 9)
     return embedding_bag_result(name == "aten::_embedding_bag_forward_only", result, stack, first);

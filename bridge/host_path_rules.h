@@ -26,6 +26,9 @@ struct HostResult {
   // The CPU kernel's memory format (with the meta kernel's sizes) where the
   // meta kernel lays the result out otherwise.
   std::optional<c10::MemoryFormat> memory_format;
+  // The CPU kernel returns no tensor here (an undefined one, None in
+  // Python) where the meta kernel gives a placeholder.
+  bool undefined = false;
 };
 
 // The dtype, emptiness or sizes result `result` of `op` must have so that the

@@ -109,9 +109,10 @@ def _shutdown() -> None:
 _register_device()
 _set_library_paths()
 _multiprocessing.install()
-from . import _transformers_compat  # noqa: E402
+from . import _safetensors_compat, _transformers_compat  # noqa: E402
 
 _transformers_compat.install()
+_safetensors_compat.install()
 
 from . import distributed  # noqa: E402
 

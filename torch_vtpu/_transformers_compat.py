@@ -16,13 +16,12 @@ on other devices, or when a device is given. The patch is applied when
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import inspect
-import sys
 from typing import Any, Optional
 
 import torch
+
+from . import _import_patches
 
 _MODULE = "transformers.pipelines.base"
 _MARK = "_vtpu_keeps_model_device"
@@ -64,39 +63,5 @@ def _patch(module: Any) -> None:
     pipeline_class.__init__ = __init__
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Runs the real loader, then the patch."""
-
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self._loader = loader
-
-    def create_module(self, spec):  # noqa: D102
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module) -> None:  # noqa: D102
-        self._loader.exec_module(module)
-        _patch(module)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds ``transformers.pipelines.base`` through the other finders and wraps its loader."""
-
-    def find_spec(self, fullname, path, target=None):  # noqa: D102
-        if fullname != _MODULE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None:
-                spec.loader = _PatchingLoader(spec.loader)
-                return spec
-        return None
-
-
 def install() -> None:
-    module = sys.modules.get(_MODULE)
-    if module is not None:
-        _patch(module)
-    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    _import_patches.on_import(_MODULE, _patch)

@@ -377,3 +377,32 @@ def test_histc_of_integers_counts_as_cuda(mode, dtype):
     assert torch.equal(torch.histc(f.to("vtpu"), 7).cpu(), torch.histc(f, 7))
     with pytest.raises(NotImplementedError, match="not implemented for 'Bool'"):
         torch.histc(torch.ones(3, dtype=torch.bool, device="vtpu"))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_multihead_attention_fast_path_without_weights_returns_none_as_the_cpu(mode, dtype):
+    # In eval under no_grad nn.MultiheadAttention takes the fused
+    # _native_multi_head_attention; without weights the CPU kernel returns an
+    # undefined second result, the meta kernel an empty tensor, and vtpu ran
+    # the out= variant, which raised "Expected out tensor to have dtype
+    # nullptr" (found by review; it broke nn.TransformerDecoderLayer inference).
+    torch.manual_seed(0)
+    attention = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval().to(dtype)
+    layer = torch.nn.TransformerDecoderLayer(16, 4, dim_feedforward=32, batch_first=True).eval().to(dtype)
+    x, memory = torch.randn(2, 5, 16, dtype=dtype), torch.randn(2, 7, 16, dtype=dtype)
+    with torch.no_grad():
+        want, want_weights = attention(x, x, x, need_weights=False)
+        want_layer = layer(x, memory)
+        with torch_vtpu.mode(mode):
+            attention.to("vtpu")
+            layer.to("vtpu")
+            got, got_weights = attention(x.to("vtpu"), x.to("vtpu"), x.to("vtpu"), need_weights=False)
+            got_layer = layer(x.to("vtpu"), memory.to("vtpu"))
+            _, weights = attention(x.to("vtpu"), x.to("vtpu"), x.to("vtpu"), need_weights=True)
+            torch.vtpu.synchronize()
+    assert want_weights is None and got_weights is None
+    assert weights.shape == (2, 5, 5)
+    tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    torch.testing.assert_close(got.cpu(), want, **tol)
+    torch.testing.assert_close(got_layer.cpu(), want_layer, **tol)

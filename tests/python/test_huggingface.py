@@ -178,3 +178,48 @@ print("patched")
     env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "patched" in out.stdout, out.stderr[-2000:]
+
+
+def test_safetensors_loads_onto_vtpu_by_name(tmp_path):
+    # safetensors parses its device argument itself and refused "vtpu"
+    # ("device vtpu is invalid"), which also broke accelerate's checkpoint
+    # loading with device_map={"": "vtpu"} (found by review).
+    import safetensors.torch as st
+    from accelerate.utils import load_checkpoint_in_model
+    from safetensors import safe_open
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    path = str(tmp_path / "model.safetensors")
+    st.save_file(model.state_dict(), path)
+    for device in ("vtpu", "vtpu:0", torch.device("vtpu"), torch.device("vtpu", 0), 0):
+        loaded = st.load_file(path, device=device)
+        assert {t.device for t in loaded.values()} == {torch.device("vtpu", 0)}, device
+        assert torch.equal(loaded["weight"].cpu(), model.weight.detach())
+    with safe_open(path, "pt", "vtpu") as f:  # device given by position
+        assert f.get_tensor("bias").device.type == "vtpu"
+    assert st.load_file(path, device="cpu")["bias"].device.type == "cpu"
+    with pytest.raises(RuntimeError, match="vtpu:1"):
+        st.load_file(path, device="vtpu:1")
+    target = torch.nn.Linear(4, 3).to("vtpu")
+    st.load_model(target, path, device="vtpu")
+    assert torch.equal(target.weight.cpu(), model.weight.detach())
+    dispatched = torch.nn.Linear(4, 3)
+    load_checkpoint_in_model(dispatched, path, device_map={"": "vtpu"})
+    assert dispatched.weight.device.type == "vtpu" and torch.equal(dispatched.bias.cpu(), model.bias.detach())
+
+
+def test_safetensors_patch_applies_when_it_was_imported_first(tmp_path):
+    import subprocess
+    import sys
+    program = f"""
+import safetensors.torch as st, accelerate.utils.modeling as modeling  # before torch_vtpu (autoload off)
+import torch, torch_vtpu
+st.save_file({{"x": torch.ones(2)}}, {str(tmp_path / "x.safetensors")!r})
+assert st.load_file({str(tmp_path / "x.safetensors")!r}, device="vtpu")["x"].device.type == "vtpu"
+assert modeling.safe_open is st.safe_open
+print("patched")
+"""
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "patched" in out.stdout, out.stderr[-2000:]

@@ -44,16 +44,17 @@ def vtpu_backend(gm: fx.GraphModule, example_inputs: List[Any], options: Optiona
                          f"{', '.join(str(m) for m in _TORCH_COMPILE_MODES[1:])}")
     parsed = CompileOptions.parse(options)
     from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch.partitioners import default_partition
+    from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
 
     aot = aot_autograd(
         fw_compiler=_graph_compiler("forward", parsed),
         bw_compiler=_graph_compiler("backward", parsed),
         inference_compiler=_graph_compiler("inference", parsed),
         decompositions=vtpu_decompositions(),
-        # Saves the forward values the backward reads (no recomputation): the
-        # min-cut partitioner would recompute elementwise work and needs networkx.
-        partition_fn=default_partition,
+        # recompute (the default): the min-cut partitioner (networkx, a torch
+        # dependency) recomputes cheap elementwise values in the backward;
+        # otherwise the forward saves every value the backward reads.
+        partition_fn=min_cut_rematerialization_partition if parsed.recompute else default_partition,
         keep_inference_input_mutations=True,
     )
     return aot(gm, example_inputs)

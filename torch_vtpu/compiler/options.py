@@ -24,6 +24,10 @@ class CompileOptions:
     # arithmetic included. Graphs with other non-ATen callables or nested
     # outputs keep the Python program.
     native: bool = True
+    # Partition training graphs with AOTAutograd's min-cut partitioner: the
+    # backward recomputes cheap elementwise values from what the forward
+    # saved instead of the forward storing them (same kernels, same bits).
+    recompute: bool = True
     # Write each graph's FX code, its vtpu program and the IR and source of
     # every kernel compiled while it first runs to this directory.
     dump_dir: Optional[str] = None

@@ -383,8 +383,10 @@ bool run_attention_in_batch_blocks(const std::string& name, torch::jit::Stack& s
   if (!s[next + 3].isNone()) job.scale = s[next + 3].toDouble();
   const std::int64_t batch = job.inputs[0].dim() == 4 ? job.inputs[0].size(0) : 0;
   if (batch < 2) return false;
+  // An undefined incoming gradient (no gradient flows back): ATen's kernel
+  // returns no gradients, which the host-kernel path turns into zeros.
   for (const at::Tensor& t : job.inputs)
-    if (t.dim() < 1 || t.size(0) != batch) return false;
+    if (!t.defined() || t.dim() < 1 || t.size(0) != batch) return false;
   for (const at::Tensor& t : results)
     if (!t.defined() || t.dim() < 1 || t.size(0) != batch) return false;
   job.results = results;

@@ -564,7 +564,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
               !run_layer_norm_in_row_blocks(out_name, out_host))
             out_op->callBoxed(out_host);
         } catch (const c10::Error& error) {
-          if (!is_resize_refusal(error)) throw;
+          if (!is_resize_refusal(error) && !is_undefined_result_refusal(error)) throw;
           kept_geometry = false;
         }
         for (std::size_t i = 0; kept_geometry && i < fresh_host.size(); ++i)
@@ -604,6 +604,12 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
             at::Tensor& destination = fresh_host[static_cast<std::size_t>(target)];
             check_fresh_geometry(op, destination, result, name);
             destination.copy_(result);
+          } else if (target >= 0) {
+            // The CPU kernel returned no tensor where a buffer was promised
+            // (a backward given no incoming gradient: flash attention's).
+            // Never hand out uninitialised memory: an absent gradient is
+            // zero, which is what the buffer then holds.
+            fresh_host[static_cast<std::size_t>(target)].zero_();
           }
         });
       }

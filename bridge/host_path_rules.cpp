@@ -65,6 +65,20 @@ HostResult host_result(const c10::OperatorHandle& op, std::size_t result, const 
       "aten::_batch_norm_with_update", "aten::native_group_norm"};
   HostResult host{meta_out.scalar_type(), false, std::nullopt, std::nullopt};
   const std::string& name = op.operator_name().name;
+  // Backward ops take a mask of the gradients wanted (`output_mask`,
+  // `grad_input_mask`: batch/layer/group norm, convolution); the CPU kernels
+  // return no tensor for one not wanted, where some meta kernels give an
+  // empty one (batch norm's input gradient when the input needs none).
+  const auto& arguments = op.schema().arguments();
+  for (std::size_t i = 0; i < arguments.size() && first + i < stack.size(); ++i) {
+    const std::string& arg = arguments[i].name();
+    if ((arg != "output_mask" && arg != "grad_input_mask") || !stack[first + i].isBoolList()) continue;
+    const c10::List<bool> mask = stack[first + i].toBoolList();
+    if (result < mask.size() && !mask.get(result)) {
+      host.undefined = true;
+      return host;
+    }
+  }
   // convolution(input, weight, ...): the CPU kernels (oneDNN and the slow
   // ones alike) return channels-last when the input or the weight is
   // channels-last; the meta kernel does so only for CPU and CUDA tensors.
@@ -265,6 +279,10 @@ bool runs_serially(const std::string& name, std::size_t tensor_bytes) {
 
 bool is_resize_refusal(const c10::Error& error) {
   return error.msg().find("not resizable") != std::string::npos;
+}
+
+bool is_undefined_result_refusal(const c10::Error& error) {
+  return error.msg().find("Expected out tensor to have dtype nullptr") != std::string::npos;
 }
 
 }  // namespace vtpu::bridge

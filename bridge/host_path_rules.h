@@ -99,4 +99,9 @@ void check_fresh_geometry(const c10::OperatorHandle& op, const at::Tensor& promi
 // Whether an error is a CPU kernel refusing to resize a device buffer.
 bool is_resize_refusal(const c10::Error& error);
 
+// Whether ATen's out= wrapper refused an out= tensor because the functional
+// kernel returns no tensor there ("Expected out tensor to have dtype
+// nullptr"): that out= variant is no drop-in for the call.
+bool is_undefined_result_refusal(const c10::Error& error);
+
 }  // namespace vtpu::bridge

@@ -406,3 +406,33 @@ def test_multihead_attention_fast_path_without_weights_returns_none_as_the_cpu(m
     tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
     torch.testing.assert_close(got.cpu(), want, **tol)
     torch.testing.assert_close(got_layer.cpu(), want_layer, **tol)
+
+
+class _NoGradientBack(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_attention_backward_without_an_incoming_gradient_gives_no_garbage(mode, batch):
+    # With no gradient flowing back through it, the CPU flash-attention
+    # backward returns no gradients; the host-kernel path handed out the
+    # fresh buffers it had promised, uninitialised (found by review: q.grad
+    # held leftovers of freed memory). An absent gradient is zero.
+    torch.manual_seed(0)
+    q = torch.randn(batch, 2, 3, 4)
+    with torch_vtpu.mode(mode):
+        leaf = q.to("vtpu").requires_grad_()
+        for _ in range(3):  # freed blocks full of large values, for the gradients to land on
+            junk = torch.full((4096,), 1e3, device="vtpu")
+            del junk
+        out = torch.nn.functional.scaled_dot_product_attention(leaf, leaf, leaf)
+        (_NoGradientBack.apply(out).sum() + leaf.sum()).backward()
+        got = leaf.grad.cpu()
+    assert torch.equal(got, torch.ones_like(q))

@@ -129,6 +129,13 @@ def _is_cache_file(child: Path) -> bool:
     return bool(_CACHE_FILE.match(child.name)) and child.is_file() and not child.is_symlink()
 
 
+def _same_directory(a: Path, b: Path) -> bool:
+    try:
+        return a.is_dir() and b.is_dir() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def _print_shared_tier() -> int:
     """The shared tier's lines of ``cache stats``; 2 when it is misconfigured."""
     status = torch_vtpu._C._shared_cache_status()
@@ -137,6 +144,13 @@ def _print_shared_tier() -> int:
         return 0
     if "error" in status:
         print(f"shared tier  {status['location']}: not usable: {status['error']}", file=sys.stderr)
+        return 2
+    shared = os.environ.get("VTPU_SHARED_CACHE", "")
+    if "://" not in shared and _same_directory(Path(shared).expanduser(), cache_dir()):
+        # The compile cache refuses this set-up (the tiers would delete each
+        # other's temporary files) and the process runs on ATen's kernels.
+        print(f"shared tier  {status['location']}: not usable: VTPU_SHARED_CACHE and VTPU_CACHE_DIR name the "
+              "same directory; give the shared tier its own", file=sys.stderr)
         return 2
     print(f"shared tier  {status['location']}")
     if status["counted"]:

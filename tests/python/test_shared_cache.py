@@ -218,6 +218,10 @@ def test_cache_stats_reports_the_shared_tier(tmp_path):
     assert bad.returncode == 2 and "VTPU_CACHE_KEY" in bad.stderr, (bad.stdout, bad.stderr)
     none = _cli("cache", "stats")
     assert none.returncode == 0 and "shared tier  none" in none.stdout, none.stdout
+    # Both tiers in one directory: the compile cache refuses it, so stats says
+    # so (it showed the tier as reachable and exited 0; found by review).
+    same = _cli("cache", "stats", VTPU_CACHE_DIR=str(shared), VTPU_SHARED_CACHE=str(shared), VTPU_CACHE_KEY=KEY)
+    assert same.returncode == 2 and "same directory" in same.stderr, (same.stdout, same.stderr)
     # A password in the URL is never printed.
     url = f"redis://:hunter2secret@127.0.0.1:{_free_port()}"
     for args in (("info",), ("cache", "stats")):

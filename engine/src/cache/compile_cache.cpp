@@ -56,7 +56,7 @@ bool CompileCache::cache_only_from_env() {
   // Reject typos loudly: silently compiling on a server meant to be cache-only
   // is exactly what the flag exists to prevent.
   throw Error(ErrorKind::kInvalidArgument,
-              "VTPU_CACHE_ONLY must be 0 or 1, got '" + std::string(raw) + "'");
+              "VTPU_CACHE_ONLY must be 1/true/yes/on or 0/false/no/off, got '" + std::string(raw) + "'");
 }
 
 void CompileCache::promote(const Key& key, const std::shared_ptr<const Entry>& entry,

@@ -46,8 +46,11 @@ def _patch(module: Any) -> None:
     module.safe_open = safe_open
     # Modules that took the name before this patch (safetensors.torch,
     # accelerate's and transformers' loaders imported before torch_vtpu).
+    # Their namespaces are read directly: a lazy module's __getattr__ (as
+    # transformers' are) must not run, and may import or raise.
     for other in list(sys.modules.values()):
-        if getattr(other, "safe_open", None) is original:
+        namespace = getattr(other, "__dict__", None)
+        if isinstance(namespace, dict) and namespace.get("safe_open") is original:
             other.safe_open = safe_open
 
 

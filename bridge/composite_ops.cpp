@@ -133,8 +133,37 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
 }
 
 }  // namespace
+// ATen's kaiser_window is a composite that fills its window through
+// `kaiser_window_stub`, which has CPU and CUDA kernels only ("DispatchStub:
+// missing kernel for vtpu" for any length above 1; found by review): the
+// window is made on the CPU by its kernel (its argument checks included),
+// then copied. ATen's other overloads call its implementation directly, so
+// each is registered (with ATen's defaults: periodic, beta 12).
+at::Tensor kaiser_window(int64_t window_length, bool periodic, double beta, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+  const at::Tensor host =
+      at::kaiser_window(window_length, periodic, beta, at::TensorOptions().dtype(dtype).layout(layout));
+  return empty_device(host.sizes(), host.scalar_type()).copy_(host);
+}
+
+at::Tensor kaiser_window_periodic(int64_t window_length, bool periodic, std::optional<c10::ScalarType> dtype,
+                                  std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                                  std::optional<bool> pin_memory) {
+  return kaiser_window(window_length, periodic, 12.0, dtype, layout, device, pin_memory);
+}
+
+at::Tensor kaiser_window_default(int64_t window_length, std::optional<c10::ScalarType> dtype,
+                                 std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                                 std::optional<bool> pin_memory) {
+  return kaiser_window(window_length, true, 12.0, dtype, layout, device, pin_memory);
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("kaiser_window", TORCH_FN(kaiser_window_default));
+  m.impl("kaiser_window.periodic", TORCH_FN(kaiser_window_periodic));
+  m.impl("kaiser_window.beta", TORCH_FN(kaiser_window));
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("scalar_tensor", TORCH_FN(scalar_tensor));
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));

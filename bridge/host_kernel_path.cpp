@@ -206,6 +206,17 @@ bool is_missing_kernel(const c10::NotImplementedError& error) {
   return error.msg().find("Could not run") != std::string::npos;
 }
 
+// ATen's "Could not run 'ns::op' with arguments from the 'CPU' backend" names
+// the backend of the host-kernel path's own call, not the device the user
+// called the op on: say first what is missing for vtpu, then ATen's message.
+[[noreturn]] void raise_missing_kernel(const c10::NotImplementedError& error, const std::string& name) {
+  throw c10::NotImplementedError("Could not run '" + name +
+                                     "' with arguments from the 'vtpu' backend: it has no vtpu kernel, and no CPU "
+                                     "kernel for vtpu's host-kernel path to run. ATen: " +
+                                     error.msg(),
+                                 error.backtrace(), error.caller());
+}
+
 // Test-only: the next kernel of this op (e.g. "aten::mm") adds 1 to its
 // first floating result, so that the CPU cross-check can prove it catches a
 // wrong kernel. Set through torch_vtpu._C._debug_corrupt_next.
@@ -292,10 +303,12 @@ void run_synchronously(const c10::OperatorHandle& op, Stack* stack, const char* 
   try {
     op.callBoxed(host);
   } catch (c10::NotImplementedError& error) {
-    if (is_missing_kernel(error))
-      error.add_context("[vtpu] " + op_name(op) +
-                        " has no vtpu kernel, and ATen has no CPU kernel to run it on the host-kernel path");
-    rethrow_annotated(std::current_exception(), op_name(op), capture_call_site());
+    if (!is_missing_kernel(error)) rethrow_annotated(std::current_exception(), op_name(op), capture_call_site());
+    try {
+      raise_missing_kernel(error, op_name(op));
+    } catch (const c10::NotImplementedError&) {
+      rethrow_annotated(std::current_exception(), op_name(op), capture_call_site());
+    }
   } catch (const c10::Error&) {
     rethrow_annotated(std::current_exception(), op_name(op), capture_call_site());
   }
@@ -361,6 +374,11 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   context.metrics().count_op();
   context.metrics().count_host_fallback(name);
   if (!returns_only_tensors(schema)) return run_synchronously(op, stack, "host_value_op");
+  // A Python kernel (torch.library) runs at the call, as on the CPU: queued,
+  // it would read Python state as it is when the stream gets to it, and vtpu
+  // ops it issues itself would run ahead of the work queued before it.
+  if (cpu_kernel_is_python(op)) return run_synchronously(op, stack, "python_kernel");
+  if (cpu_layout_unknown_to_meta(name)) return run_synchronously(op, stack, "cpu_result_layout");
   if (no_meta_ops().contains(op)) return run_synchronously(op, stack, "op_without_meta");
   if (meta_disagrees_with_cpu().contains(op)) return run_synchronously(op, stack, "meta_disagrees_with_cpu");
 
@@ -623,9 +641,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         maybe_corrupt(name, fresh_host);
       }
     } catch (c10::NotImplementedError& error) {
-      if (is_missing_kernel(error))
-        error.add_context("[vtpu] " + name +
-                          " has no vtpu kernel, and ATen has no CPU kernel to run it on the host-kernel path");
+      if (is_missing_kernel(error)) raise_missing_kernel(error, name);
       throw;
     }
   }, name);
@@ -706,14 +722,24 @@ at::Tensor host_result_on_device(const at::Tensor& result, const std::vector<at:
       return arg;
     return device_view(arg, result);
   }
-  at::Tensor out = result.is_non_overlapping_and_dense()
-                       ? empty_device_strided(result.sizes(), result.strides(), result.scalar_type())
-                       : empty_device(result.sizes(), result.scalar_type());
   // Written here, on the calling thread: a block other threads' queued work
   // still uses (freed blocks are reused in stream order) must be free of it.
+  if (result.is_non_overlapping_and_dense()) {
+    at::Tensor out = empty_device_strided(result.sizes(), result.strides(), result.scalar_type());
+    DeviceContext::get().wait_for_queued_work();
+    cpu_alias(out).copy_(result);
+    return out;
+  }
+  // Any other layout is a view of the kernel's own buffer (linalg_lstsq's
+  // solution: the first rows of a column-major buffer): the device gets the
+  // whole buffer and the same view of it, so strides are the CPU's.
+  const std::int64_t nbytes = static_cast<std::int64_t>(result.storage().nbytes());
+  at::Tensor buffer = empty_device({nbytes}, at::kByte);
   DeviceContext::get().wait_for_queued_work();
-  cpu_alias(out).copy_(result);
-  return out;
+  if (nbytes > 0)
+    cpu_alias(buffer).copy_(
+        at::empty({0}, at::TensorOptions().dtype(at::kByte)).set_(result.storage(), 0, {nbytes}, {1}));
+  return device_view(buffer, result);
 }
 
 }  // namespace vtpu::bridge

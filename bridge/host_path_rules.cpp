@@ -199,11 +199,38 @@ OpSet& meta_disagrees_with_cpu() {
 // silent wrong result) and run it synchronously from now on.
 void check_fresh_geometry(const c10::OperatorHandle& op, const at::Tensor& promised, const at::Tensor& produced,
                           const std::string& name) {
-  if (promised.sizes() == produced.sizes()) return;
+  if (promised.sizes() == produced.sizes() && promised.scalar_type() == produced.scalar_type()) return;
   meta_disagrees_with_cpu().add(op);
-  TORCH_CHECK(false, "[vtpu] ", name, ": the CPU kernel produced a result of shape ", produced.sizes(),
-              " where its meta kernel promised ", promised.sizes(),
-              "; the result is invalid. Later calls of this op run synchronously with the CPU's shapes.");
+  // A dtype the meta (or a custom op's fake) kernel got wrong would otherwise
+  // be a silent cast of the CPU's values into the promised buffer.
+  TORCH_CHECK(false, "[vtpu] ", name, ": the CPU kernel produced a result of shape ", produced.sizes(), " and dtype ",
+              produced.scalar_type(), " where its meta kernel promised shape ", promised.sizes(), " and dtype ",
+              promised.scalar_type(),
+              "; the result is invalid. Later calls of this op run synchronously with the CPU's results.");
+}
+
+bool cpu_layout_unknown_to_meta(const std::string& name) {
+  // Found by a stride sweep over torch.linalg (2026-12-06): lstsq's solution
+  // is the first n rows of a column-major m x k buffer, eig's eigenvectors
+  // are column-major; both metas say row-major. The rest of torch.linalg
+  // matches.
+  return name == "aten::linalg_lstsq" || name == "aten::linalg_eig";
+}
+
+bool cpu_kernel_is_python(const c10::OperatorHandle& op) {
+  if (!op.hasKernelForDispatchKey(c10::DispatchKey::CPU)) return false;
+  // "registered at <file>:<line>": torch.library names the Python file that
+  // made the registration (or "<stdin>", "<string>"), C++ its source file.
+  const std::string debug = op.getComputedKernelForDispatchKey(c10::DispatchKey::CPU).debug();
+  const std::size_t colon = debug.rfind(':');
+  const std::string where = debug.substr(0, colon == std::string::npos ? debug.size() : colon);
+  const std::size_t at = where.rfind("registered at ");
+  const std::string file = at == std::string::npos ? where : where.substr(at + 14);
+  auto ends_with = [&](const char* suffix) {
+    const std::size_t n = std::char_traits<char>::length(suffix);
+    return file.size() >= n && file.compare(file.size() - n, n, suffix) == 0;
+  };
+  return (!file.empty() && file.front() == '<') || ends_with(".py") || ends_with(".pyx") || ends_with(".pyc");
 }
 
 namespace {

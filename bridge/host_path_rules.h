@@ -93,9 +93,17 @@ OpSet& meta_disagrees_with_cpu();
 // compete with the work-sharing pool's helpers for the same cores.
 bool runs_serially(const std::string& name, std::size_t tensor_bytes);
 
-// Raises (and remembers the op) when a CPU kernel produced another shape than promised.
+// Raises (and remembers the op) when a CPU kernel produced another shape or
+// dtype than promised.
 void check_fresh_geometry(const c10::OperatorHandle& op, const at::Tensor& promised, const at::Tensor& produced,
                           const std::string& name);
+// Ops whose CPU kernel returns results in a layout their meta kernel does
+// not describe (column-major, or a narrowed column-major buffer): they run
+// synchronously, so their results take the CPU's strides.
+bool cpu_layout_unknown_to_meta(const std::string& name);
+// Whether the op's CPU kernel is a Python function registered through
+// torch.library (told by the file its registration names).
+bool cpu_kernel_is_python(const c10::OperatorHandle& op);
 // Whether an error is a CPU kernel refusing to resize a device buffer.
 bool is_resize_refusal(const c10::Error& error);
 

@@ -66,11 +66,9 @@ def register() -> None:
     not imported; this covers a source tree without installed metadata."""
     from torch._dynamo.backends import registry
 
-    from . import device_interface, fake_layout, rng_ops
+    from . import device_interface
 
     device_interface.register()
-    fake_layout.install()
-    rng_ops.install()
     if "vtpu" in registry._COMPILER_FNS:
         return
     pending = registry._BACKENDS.get("vtpu")

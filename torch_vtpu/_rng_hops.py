@@ -8,6 +8,7 @@ implements both for cuda, cpu, hpu and xpu only: a vtpu graph failed with
 "Backend not supported for vtpu". Their BackendSelect kernels pick the
 implementation from a table local to torch, so vtpu's is put in front of
 them: vtpu tensors take these, every other device the original kernel.
+Installed when torch_vtpu is imported, applied when torch imports the prims.
 """
 from __future__ import annotations
 
@@ -36,12 +37,8 @@ def _on_vtpu(args: tuple, kwargs: dict) -> bool:
     return get_device(args, kwargs) == "vtpu"
 
 
-def install() -> None:
+def _patch(rng_prims: Any) -> None:
     """Idempotent; a torch without these ops (or with another layout) is left alone."""
-    try:
-        from torch._prims import rng_prims
-    except ImportError:
-        return
     for name, vtpu_impl, state_first in (("run_and_save_rng_state", _run_and_save, False),
                                          ("run_with_rng_state", _run_with, True)):
         hop = getattr(rng_prims, name, None)
@@ -60,3 +57,11 @@ def install() -> None:
         backend_select._vtpu = True  # type: ignore[attr-defined]
         kernels[DispatchKey.BackendSelect] = backend_select
         hop._dispatch_cache.clear()
+
+
+def install() -> None:
+    """Applies the patch whenever torch's RNG prims are imported (at once if they
+    are): checkpointing under any torch.compile backend, not only "vtpu"."""
+    from . import _import_patches
+
+    _import_patches.on_import("torch._prims.rng_prims", _patch)

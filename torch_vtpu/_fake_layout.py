@@ -9,7 +9,8 @@ tensors, so a compiled channels-last CNN was traced for NCHW results: a
 flatten after a convolution became a ``view`` that the real, channels-last
 tensor cannot take, and the compiled model raised at its first call. The
 wrapper below gives vtpu fake convolutions the CPU's layout rule; other
-devices are untouched.
+devices are untouched. Installed when torch_vtpu is imported; applied when
+torch's fake tensors are (importing them costs time torch_vtpu does not spend).
 """
 from __future__ import annotations
 
@@ -42,12 +43,22 @@ def _with_device_layout(original):
     return fake_convolution
 
 
-def install() -> None:
+def _patch(fake_impls: Any) -> None:
     """Wraps torch's fake convolution implementations (idempotent)."""
-    from torch._subclasses import fake_impls
-
+    table = getattr(fake_impls, "op_implementations_dict", None)
+    if not isinstance(table, dict):
+        return  # another torch's layout: left alone
     for op in _FORWARD:
-        original = fake_impls.op_implementations_dict.get(op)
+        original = table.get(op)
         if original is None or getattr(original, "_vtpu_wrapped", False):
             continue
-        fake_impls.op_implementations_dict[op] = _with_device_layout(original)
+        table[op] = _with_device_layout(original)
+
+
+def install() -> None:
+    """Applies the patch whenever torch's fake tensors are imported (at once if
+    they are): FakeTensorMode users, torch.export and every torch.compile
+    backend trace vtpu convolutions with it, not only backend="vtpu"."""
+    from . import _import_patches
+
+    _import_patches.on_import("torch._subclasses.fake_impls", _patch)

@@ -175,4 +175,12 @@ TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("_thnn_fused_gru_cell", TORCH_FN(fused_gru_cell));
 }
 
+// Under torch.inference_mode the autograd keys are skipped and the cells
+// dispatch to the backend key, where ATen's CPU has no kernel for them:
+// nn.LSTM/nn.GRU raised NotImplementedError there (found by review).
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_thnn_fused_lstm_cell", TORCH_FN(fused_lstm_cell));
+  m.impl("_thnn_fused_gru_cell", TORCH_FN(fused_gru_cell));
+}
+
 }  // namespace vtpu::bridge

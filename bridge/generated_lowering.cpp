@@ -326,7 +326,14 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
     t->emplace("aten::arange.start_out", single([](Args a) -> at::Tensor {
       at::Tensor out = a[3].toTensor();
       const auto dtype = out.scalar_type();
-      if (dtype != at::kLong && dtype != at::kFloat && dtype != at::kDouble) return {};
+      // The signed integer types and uint8 as int64: start and step truncated
+      // to integers, the length from the unrounded values (ATen's CPU rule:
+      // arange(0, 1, 0.1, dtype=int32) is ten zeros). On the host-kernel path
+      // their meta kernel refused the call and the CPU kernel could not resize
+      // the queued output (found by review).
+      const bool integral = dtype == at::kLong || dtype == at::kInt || dtype == at::kShort || dtype == at::kChar ||
+                            dtype == at::kByte;
+      if (!integral && dtype != at::kFloat && dtype != at::kDouble) return {};
       const auto length = arange_length(a[0].toScalar(), a[1].toScalar(), a[2].toScalar(), dtype);
       if (!length) return {};
       if (out.numel() != *length) out.resize_({*length});

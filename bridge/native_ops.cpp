@@ -164,6 +164,15 @@ at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage source, int6
                                       c10::IntArrayRef size, c10::IntArrayRef stride) {
   TORCH_CHECK(source.device().type() == kVtpu || source.nbytes() == 0,
               "vtpu: set_ expects a vtpu storage, got one on ", source.device());
+  // ATen's checks, before self changes (found by review: a negative offset or
+  // stride made a tensor that read and wrote outside its storage).
+  TORCH_CHECK(storage_offset >= 0, "Tensor: invalid storage offset ", storage_offset);
+  if (!stride.empty()) {
+    TORCH_CHECK(size.size() == stride.size(), "unequal size length (", size.size(), ") and stride length (",
+                stride.size(), ")");
+    for (const int64_t s : stride)
+      TORCH_CHECK(s >= 0, "Storage size calculation overflowed with sizes=", size, " and strides=", stride);
+  }
   auto* impl = self.unsafeGetTensorImpl();
   impl->set_storage_keep_dtype(std::move(source));
   if (stride.empty()) {

@@ -207,3 +207,52 @@ def test_privateuse1_gaps_are_closed_without_the_vtpu_compile_backend(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("ok")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_recurrent_layers_run_under_inference_mode(mode, cell):
+    """Under inference_mode the autograd keys are skipped and the fused cells reach the
+    backend key, where ATen's CPU has no kernel for them (NotImplementedError before)."""
+    torch_vtpu.set_mode(mode)
+    torch.manual_seed(0)
+    layer = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(8, 16, num_layers=2, batch_first=True).eval()
+    x = torch.randn(3, 5, 8)
+    with torch.inference_mode():
+        want = layer(x)[0]
+        layer.to("vtpu")
+        got = layer(x.to("vtpu"))[0].cpu()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_integer_arange_with_fractional_arguments_is_the_cpus(mode, dtype):
+    """Start and step are truncated, the length comes from the unrounded values
+    (arange(0, 1, 0.1, dtype=int32) is ten zeros on the CPU; vtpu raised "Trying to
+    resize storage that is not resizable" for every integer type but int64)."""
+    torch_vtpu.set_mode(mode)
+    for args in [(0, 1, 0.1), (1, 2, 1 / 3), (0.5, 10, 2.5), (10, 0, -2.5), (-3.7, 5, 1.9), (-300, 300, 7.3)]:
+        try:
+            want = torch.arange(*args, dtype=dtype)
+        except Exception as error:  # int64 refuses a step that truncates to 0
+            with pytest.raises(type(error)):
+                torch.arange(*args, dtype=dtype, device="vtpu").cpu()
+            continue
+        got = torch.arange(*args, dtype=dtype, device="vtpu").cpu()
+        assert got.dtype == dtype and torch.equal(got, want), args
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_set_checks_the_storage_offset_and_strides_as_the_cpu(mode):
+    torch_vtpu.set_mode(mode)
+    for device in ["cpu", "vtpu"]:
+        storage = (torch.arange(8.0, device=device) - 5).untyped_storage()
+        for offset, size, stride, message in [(-1, (2,), (1,), "invalid storage offset -1"),
+                                              (3, (3,), (-1,), "Storage size calculation overflowed"),
+                                              (0, (3,), (-1,), "Storage size calculation overflowed"),
+                                              (0, (2, 2), (1,), r"unequal size length \(2\) and stride length \(1\)")]:
+            with pytest.raises(RuntimeError, match=message):
+                torch.empty(0, device=device).set_(storage, offset, size, stride)
+        view = torch.empty(0, device=device).set_(storage, 2, (2, 2), (1, 2))
+        assert view.cpu().tolist() == [[-3.0, -1.0], [-2.0, 0.0]]

@@ -731,9 +731,18 @@ at::Tensor host_result_on_device(const at::Tensor& result, const std::vector<at:
     return out;
   }
   // Any other layout is a view of the kernel's own buffer (linalg_lstsq's
-  // solution: the first rows of a column-major buffer): the device gets the
-  // whole buffer and the same view of it, so strides are the CPU's.
+  // solution: the first rows of a column-major buffer): when the view covers
+  // most of it, the device gets the whole buffer and the same view of it, so
+  // strides are the CPU's. A small view of a big buffer (a Python kernel
+  // returning a few columns of a table) is copied compactly instead.
   const std::int64_t nbytes = static_cast<std::int64_t>(result.storage().nbytes());
+  const std::int64_t viewed = result.numel() * static_cast<std::int64_t>(result.itemsize());
+  if (nbytes > 2 * viewed + 4096) {
+    at::Tensor out = empty_device(result.sizes(), result.scalar_type());
+    DeviceContext::get().wait_for_queued_work();
+    cpu_alias(out).copy_(result);
+    return out;
+  }
   at::Tensor buffer = empty_device({nbytes}, at::kByte);
   DeviceContext::get().wait_for_queued_work();
   if (nbytes > 0)

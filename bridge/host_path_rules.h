@@ -102,7 +102,7 @@ void check_fresh_geometry(const c10::OperatorHandle& op, const at::Tensor& promi
 // synchronously, so their results take the CPU's strides.
 bool cpu_layout_unknown_to_meta(const std::string& name);
 // Whether the op's CPU kernel is a Python function registered through
-// torch.library (told by the file its registration names).
+// torch.library (told by the file its registration names: not C/C++ source).
 bool cpu_kernel_is_python(const c10::OperatorHandle& op);
 // Whether an error is a CPU kernel refusing to resize a device buffer.
 bool is_resize_refusal(const c10::Error& error);

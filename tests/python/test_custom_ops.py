@@ -282,3 +282,64 @@ def test_softmax_over_a_strided_dim_runs_atens_kernel_with_the_cpus_bits(mode, f
         fallbacks = torch_vtpu.metrics()["host_fallback_ops"]
         assert any("softmax" in op for op in fallbacks), fallbacks
         x.grad, device_x.grad = None, None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_python_kernel_registered_from_a_file_without_a_suffix_runs_at_the_call(mode):
+    """A script run by its #! line ("train") or source given to compile() under any
+    name: the registration names that file; only C/C++ source files mean C++ kernels."""
+    torch_vtpu.set_mode(mode)
+    ns = _unique("noext")
+    state = {"scale": 2.0}
+    source = textwrap.dedent(f"""
+        import torch
+        lib = torch.library.Library("{ns}", "DEF")
+        lib.define("scaled(Tensor x) -> Tensor")
+        lib.impl("scaled", lambda x: x * state["scale"], "CPU")
+        lib.impl("scaled", lambda x: torch.empty_like(x), "Meta")
+    """)
+    scope = {"state": state}
+    exec(compile(source, "/opt/jobs/bin/train", "exec"), scope)
+    op = getattr(getattr(torch.ops, ns), "scaled")
+    a = torch.randn(600, 600, device="vtpu")
+    busy = a @ a
+    y = op(torch.ones(4, device="vtpu"))
+    state["scale"] = 3.0
+    assert y.cpu().tolist() == [2.0] * 4
+    assert busy.shape == (600, 600)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_small_view_of_a_big_buffer_comes_back_compact(mode):
+    """A synchronous result that views a small part of a big buffer is copied, not
+    mirrored with the whole buffer (as a view covering most of its buffer is)."""
+    torch_vtpu.set_mode(mode)
+    ns = _unique("view")
+    table = torch.randn(1 << 16, 64)
+
+    @torch.library.custom_op(f"{ns}::columns", mutates_args=(), device_types="cpu")
+    def columns(x: torch.Tensor) -> torch.Tensor:
+        return table[:, :2]
+
+    @columns.register_fake
+    def _(x):
+        return x.new_empty(table.shape[0], 2)
+
+    got = columns(torch.ones(1, device="vtpu"))
+    assert torch.equal(got.cpu(), table[:, :2])
+    assert got.untyped_storage().nbytes() == table[:, :2].numel() * 4  # not the 16 MiB table
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_weight_norm_of_reduced_precision_weights_is_the_cpus(mode, dtype):
+    """The CPU keeps the norms of a float16/bfloat16 weight in float32, where the meta
+    kernel says the weight's type (float16 raised on every call)."""
+    torch_vtpu.set_mode(mode)
+    torch.manual_seed(0)
+    v, g = torch.randn(4, 3, dtype=dtype), torch.rand(4, 1, dtype=dtype) + 0.5
+    want_w, want_norms = torch._weight_norm_interface(v, g, 0)
+    got_w, got_norms = torch._weight_norm_interface(v.to("vtpu"), g.to("vtpu"), 0)
+    assert got_norms.dtype == want_norms.dtype == torch.float32
+    assert torch.equal(got_w.cpu(), want_w) and torch.equal(got_norms.cpu(), want_norms)
+    assert torch.equal(torch._weight_norm(v.to("vtpu"), g.to("vtpu"), 0).cpu(), torch._weight_norm(v, g, 0))

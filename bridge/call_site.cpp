@@ -110,6 +110,8 @@ bool is_library_code(PyCodeObject* code) {
 
 }  // namespace
 
+thread_local const CallSite* detail::call_site_override = nullptr;
+
 void set_call_site_capture(bool on) { detail::call_site_capture_on.store(on, std::memory_order_relaxed); }
 
 void set_library_paths(std::vector<std::string> internal, std::vector<std::string> user) {

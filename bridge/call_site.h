@@ -32,6 +32,7 @@ struct ResolvedCallSite {
 
 namespace detail {
 extern std::atomic<bool> call_site_capture_on;
+extern thread_local const CallSite* call_site_override;
 CallSite capture_call_site_slow();
 }  // namespace detail
 
@@ -47,8 +48,29 @@ void set_call_site_capture(bool on);
 // (autograd's backward worker).
 inline CallSite capture_call_site() {
   if (!call_site_capture_enabled()) return {};
+  if (detail::call_site_override != nullptr) return *detail::call_site_override;
   return detail::capture_call_site_slow();
 }
+
+// While alive, capture_call_site() on this thread returns the site captured
+// when it was made. Work queued under a lock (the fused window's flush) uses
+// it: capturing may take the GIL, and a thread holding the GIL may be waiting
+// for that lock (an Event.record() or a scalar fill in another thread: a
+// deadlock, found by review). Capture first, then lock.
+class CallSiteScope {
+ public:
+  CallSiteScope() : CallSiteScope(capture_call_site()) {}
+  explicit CallSiteScope(CallSite site) : site_(site), previous_(detail::call_site_override) {
+    detail::call_site_override = &site_;
+  }
+  ~CallSiteScope() { detail::call_site_override = previous_; }
+  CallSiteScope(const CallSiteScope&) = delete;
+  CallSiteScope& operator=(const CallSiteScope&) = delete;
+
+ private:
+  CallSite site_;
+  const CallSite* previous_;
+};
 
 // Directory prefixes whose frames are library code, and prefixes inside them
 // that are user code after all. Set once by torch_vtpu at import.

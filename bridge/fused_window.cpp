@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "call_site.h"
 #include "device_context.h"
 #include "env_knobs.h"
 #include "fused_cluster.h"
@@ -67,6 +69,7 @@ class Window {
 
   std::mutex mutex_;
   std::vector<WindowOp> ops_;
+  std::atomic<std::size_t> ops_size_{0};  // ops_.size(), readable before locking
   // Kernels of the chains a compiled program ended since the last flush:
   // queued as one batch at the next flush, which any launch, synchronize,
   // memory release or mode change triggers (the window stays pending), so
@@ -251,8 +254,14 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
 void Window::record(WindowOp op) {
   std::vector<WindowOp>& released = released_ops();
   {
+    // A full window is flushed under the lock: its tasks' call site is taken
+    // before it (capturing may take the GIL). Should another thread fill the
+    // window in between, its tasks go without a site rather than risk that.
+    std::optional<CallSiteScope> site;
+    if (ops_size_.load(std::memory_order_relaxed) >= kMaxWindowOps) site.emplace();
     std::lock_guard<std::mutex> lock(mutex_);
     if (ops_.size() >= kMaxWindowOps) {
+      if (!site) site.emplace(CallSite{});
       DeviceContext::get().metrics().count_sync("window_limit");
       flush_locked(released);
     }
@@ -287,6 +296,7 @@ void Window::record(WindowOp op) {
       clusters_[k].storages.push_back(geometries[i].storage);
     }
     ops_.push_back(std::move(op));
+    ops_size_.store(ops_.size(), std::memory_order_relaxed);
     DeviceContext::get().set_window_pending(true);
   }
   released.clear();
@@ -295,6 +305,7 @@ void Window::record(WindowOp op) {
 void Window::flush(const char* reason, bool count) {
   std::vector<WindowOp>& released = released_ops();
   {
+    const CallSiteScope site;  // before the lock: capturing may take the GIL
     std::lock_guard<std::mutex> lock(mutex_);
     if (ops_.empty() && held_.empty()) return;
     if (count && !ops_.empty()) DeviceContext::get().metrics().count_sync(reason);
@@ -310,6 +321,7 @@ void Window::flush(const char* reason, bool count) {
 void Window::end_chain() {
   std::vector<WindowOp>& released = released_ops();
   {
+    const CallSiteScope site;  // before the lock: capturing may take the GIL
     std::lock_guard<std::mutex> lock(mutex_);
     if (ops_.empty()) return;
     DeviceContext::get().metrics().count_sync("graph_chain");
@@ -326,6 +338,7 @@ void Window::flush_locked(std::vector<WindowOp>& released, bool hold) {
   if (!hold || held_.elements() >= kHeldElementLimit) held_.enqueue();
   released.clear();
   released.swap(ops_);
+  ops_size_.store(0, std::memory_order_relaxed);
   clusters_.clear();
   uses_.clear();
   DeviceContext::get().set_window_pending(!held_.empty());

@@ -6,7 +6,9 @@
 
 #include "env_knobs.h"
 
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace vtpu::bridge {
@@ -225,7 +227,8 @@ bool cpu_layout_unknown_to_meta(const std::string& name) {
   return name == "aten::linalg_lstsq" || name == "aten::linalg_eig";
 }
 
-bool cpu_kernel_is_python(const c10::OperatorHandle& op) {
+namespace {
+bool registered_in_python(const c10::OperatorHandle& op) {
   if (!op.hasKernelForDispatchKey(c10::DispatchKey::CPU)) return false;
   // "registered at <file>:<line>": a C++ registration (ATen's, an extension's)
   // names its source file; torch.library names the Python file that made the
@@ -245,6 +248,22 @@ bool cpu_kernel_is_python(const c10::OperatorHandle& op) {
   for (const char* cpp : {".cpp", ".cc", ".cxx", ".c", ".cu", ".cuh", ".h", ".hpp", ".hh", ".hxx", ".inl", ".hip", ".mm"})
     if (ends_with(cpp)) return false;
   return true;
+}
+}  // namespace
+
+bool cpu_kernel_is_python(const c10::OperatorHandle& op) {
+  // Asked once per op and remembered: getComputedKernelForDispatchKey hands
+  // out a kernel handle that registers itself with the kernel unguarded, so
+  // calls from several threads corrupted the heap (a review: 4 threads of
+  // host-path ops aborted 10 of 10 runs), and each call left its registration
+  // behind (memory grew with every host-path op). A kernel registered after
+  // an op's first vtpu call is not seen.
+  static std::mutex mutex;
+  static std::unordered_map<const c10::FunctionSchema*, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = known.find(&op.schema());
+  if (found == known.end()) found = known.emplace(&op.schema(), registered_in_python(op)).first;
+  return found->second;
 }
 
 namespace {

@@ -127,3 +127,71 @@ def test_an_asynchronous_error_also_reaches_the_thread_that_issued_the_op(mode):
         assert "index out of range" in str(seen["issuer"])
         # Raised once in each: the device is usable afterwards.
         assert torch.ones(2, device="vtpu").sum().item() == 2.0
+
+
+def _run_script(script: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_host_kernel_path_ops_from_several_threads_do_not_corrupt_the_heap():
+    """Asking the dispatcher for an op's CPU kernel handle on every host-path call
+    (is it a Python kernel?) registered the handle with the kernel unguarded: four
+    threads of cumsum aborted with "double free or corruption" 10 runs of 10 (review).
+    In a subprocess: the failure is a crash."""
+    proc = _run_script("""
+        import threading, torch, torch_vtpu
+        x = torch.randn(64, device="vtpu")
+        def work():
+            for _ in range(3000):
+                torch.cumsum(x, 0)
+                torch.randn(100, device="vtpu")
+            torch.vtpu.synchronize()
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print("ok")
+    """)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("other", ["event_record", "stream_query", "scalar_fill", "batch_norm_strict"])
+def test_a_window_flush_does_not_deadlock_with_a_thread_holding_the_gil(other):
+    """A flush captured each queued kernel's Python call site under the window's lock,
+    which may take the GIL; torch's Event.record / Stream.query bindings and a scalar
+    fill hold the GIL while they take that lock (flush or record): the two threads
+    waited for each other (review: hung every run). Each flush in thread A runs in a
+    function not seen before, so capture has to take the GIL."""
+    mode = "strict" if other == "batch_norm_strict" else "fused"
+    proc = _run_script(f"""
+        import threading, types, torch, torch_vtpu
+        torch_vtpu.set_mode("{mode}")
+        x = torch.randn(64, 64, device="vtpu")
+        w = torch.randn(64, 64, device="vtpu")
+        bn = torch.nn.BatchNorm1d(64).to("vtpu")
+        def body(x, w):
+            y = torch.tanh(x * 2 + 1) * x
+            if "{other}" == "batch_norm_strict":
+                y = bn(y)
+            return y @ w
+        stop = False
+        def issue():
+            for k in range(1500):
+                f = types.FunctionType(body.__code__.replace(co_name=f"body{{k}}"), globals())
+                f(x, w)
+            torch.vtpu.synchronize()
+        def interfere():
+            z = torch.zeros(64, 64, device="vtpu")
+            stream = torch.vtpu.current_stream()
+            while not stop:
+                if "{other}" in ("event_record", "batch_norm_strict"):
+                    torch.vtpu.Event().record()
+                elif "{other}" == "stream_query":
+                    stream.query()
+                else:
+                    z[:] = 1.5
+        a, b = threading.Thread(target=issue), threading.Thread(target=interfere)
+        a.start(); b.start(); a.join(); stop = True; b.join()
+        print("ok")
+    """, timeout=240)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

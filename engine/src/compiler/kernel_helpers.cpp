@@ -1,6 +1,6 @@
 // The helpers that generated kernels of every target share: the few
 // operations whose torch semantics differ from <cmath>'s or from a plain cast.
-// Each function carries VTPU_KERNEL_FN (always inlined on the host, __device__ for the
+// Each function carries VTPU_KERNEL_FN (empty on the host, __device__ for the
 // cuda target, kernel_math.h), so that both targets compute the same bits.
 // They need the target's vtpu_half/vtpu_bf16 types and vtpu_load/vtpu_to_*
 // conversions defined first.

@@ -28,14 +28,14 @@
 #include <cmath>
 #include <cstdint>
 
-// Always inlined on the host: a fused kernel with many of these calls (a
-// 48-op recurrent chain, 15 sigmoids and tanhs) outgrew GCC's inlining
-// budget, the calls stayed calls, and its loops ran one element at a time
-// (5x strict's single-op kernels). The cuda target's kernels define it as
-// __device__ so that they compute these functions with the same operations,
-// and so the same bits, as the host's (engine/src/compiler/cuda_codegen.cpp).
+// Empty for the host; the cuda target's kernels define it as __device__ so
+// that its kernels compute these functions with the same operations, and so
+// the same bits, as the host's (engine/src/compiler/cuda_codegen.cpp).
+// (Forcing these helpers inline on the host sped up a 48-op sigmoid/tanh
+// chain 9x but made a fused GELU-backward-and-sum reduction of compiled mode
+// 6x slower: left to GCC. A kernel's element function is always inlined.)
 #ifndef VTPU_KERNEL_FN
-#define VTPU_KERNEL_FN __attribute__((always_inline))
+#define VTPU_KERNEL_FN
 #endif
 
 static inline VTPU_KERNEL_FN float vtpu_f32_from_bits(uint32_t u) { return __builtin_bit_cast(float, u); }

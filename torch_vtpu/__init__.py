@@ -68,14 +68,18 @@ def _drain_autograd_device_thread() -> None:
     objects (torch stashes a contextvars context in it), and dropping them once
     the interpreter is finalising aborts the process. A last tiny backward,
     run on that thread without the stash, makes the thread finish the previous
-    iteration first; its own task holds no Python objects."""
+    iteration first; its own task holds no Python objects. It launches no kernel:
+    a view's backward is a view and the values are never read (a kernel here was
+    compiled at the exit of every process without the ahead-of-time library). The
+    gradient is accumulated, not returned: a task that captures its outputs (as
+    torch.autograd.grad does) is itself what must not be finished last."""
     from torch.autograd.variable import Variable
 
     try:
         with torch.enable_grad():
-            x = torch.zeros((), device="vtpu", requires_grad=True)
-            y = x * 1.0
-        Variable._execution_engine.run_backward((y,), (torch.ones((), device="vtpu"),), False, False, (),
+            x = torch.empty((), device="vtpu", requires_grad=True)
+            y = x.view(())
+        Variable._execution_engine.run_backward((y,), (torch.empty((), device="vtpu"),), False, False, (),
                                                 True, True)
     except Exception:  # best effort at exit: never let it mask the program's own outcome
         pass

@@ -171,6 +171,27 @@ def test_a_program_that_never_uses_the_device_leaves_the_cache_alone(tmp_path):
     assert used.returncode == 0 and "True 6.0" in used.stdout, used.stderr[-2000:]
 
 
+def test_exit_after_autograd_grad_compiles_nothing_and_does_not_abort(tmp_path):
+    # The exit handler's drain of autograd's device thread ran `zeros * 1.0` and its
+    # backward: two kernels compiled at the exit of every process without the
+    # ahead-of-time library (they reached the shared cache after the program's last
+    # metrics, which made test_shared_cache flaky in CI). A drain that captures its
+    # gradient instead of accumulating it aborted ("terminate called") 2 exits of 5.
+    program = ("import sys, torch, torch_vtpu\n"
+               "x = torch.randn(64, 33, device='vtpu', requires_grad=True)\n"
+               "g, = torch.autograd.grad((x.view(-1) * 2).sum(), x)\n"
+               "print(g.sum().item(), file=sys.stderr)\n"
+               "print('PROGRAM-DONE', file=sys.stderr, flush=True)\n")
+    for run in range(3):
+        env = dict(os.environ, VTPU_CACHE_DIR=str(tmp_path / f"cache{run}"), VTPU_AOT_KERNELS="0",
+                   VTPU_GENERATED_KERNELS="1", VTPU_LOG_COMPILES="1", VTPU_MODE="strict")
+        out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        before, marker, after = out.stderr.partition("PROGRAM-DONE")
+        assert marker and "vtpu: compiling" in before, out.stderr[-2000:]
+        assert "vtpu: compiling" not in after, after[-2000:]
+
 @pytest.mark.parametrize("limit", ["1e3", "-1", "abc", "1GiBB"])
 def test_a_malformed_memory_limit_is_said_and_the_default_used(limit):
     # `import torch` itself failed ("Failed to load the backend extension"), in every

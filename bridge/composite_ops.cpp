@@ -2,8 +2,10 @@
 // the generic host-kernel path alone would be wrong, slow or missing:
 // shallow-copy compatibility (.data =, tied weights across .to()), the fused
 // RNN cells ATen only has for CUDA, the SDPA backend choice,
-// scalar_tensor's conversion of its value, and record_stream.
+// scalar_tensor's conversion of its value, record_stream, and max_pool1d's
+// index-free kernel, which ATen keeps for CPU tensors.
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice.h>
@@ -160,7 +162,30 @@ at::Tensor kaiser_window_default(int64_t window_length, std::optional<c10::Scala
   return kaiser_window(window_length, true, 12.0, dtype, layout, device, pin_memory);
 }
 
+// max_pool1d is composite: for CPU tensors that need no gradient ATen runs
+// an index-free 1-d kernel, for every other device max_pool1d_with_indices.
+// Ours took 3-8x the CPU's time without gradients (the 2-d pooling kernel,
+// writing int64 indices nobody reads; a performance review). Without a
+// gradient to track, the op runs on the host-kernel path, where ATen's
+// composite sees CPU aliases and takes its 1-d kernel (the CPU's bits).
+at::Tensor max_pool1d_on_host(const at::Tensor& self, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                              c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::max_pool1d", "");
+  torch::jit::Stack stack;
+  torch::jit::push(stack, self, kernel_size, stride, padding, dilation, ceil_mode);
+  run_on_host_kernel_path_boxed(op, &stack);
+  return stack.back().toTensor();
+}
+
+at::Tensor max_pool1d(const at::Tensor& self, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                      c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
+  if ((at::GradMode::is_enabled() && self.requires_grad()) || self._fw_grad(/*level=*/0).defined())
+    return std::get<0>(at::max_pool1d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode));
+  return max_pool1d_on_host(self, kernel_size, stride, padding, dilation, ceil_mode);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("max_pool1d", TORCH_FN(max_pool1d_on_host));
   m.impl("kaiser_window", TORCH_FN(kaiser_window_default));
   m.impl("kaiser_window.periodic", TORCH_FN(kaiser_window_periodic));
   m.impl("kaiser_window.beta", TORCH_FN(kaiser_window));
@@ -171,6 +196,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("max_pool1d", TORCH_FN(max_pool1d));
   m.impl("_thnn_fused_lstm_cell", TORCH_FN(fused_lstm_cell));
   m.impl("_thnn_fused_gru_cell", TORCH_FN(fused_gru_cell));
 }

@@ -128,3 +128,70 @@ def test_integer_input_takes_atens_kernel_and_matches_the_cpu():
     yc, ic = F.max_pool2d(x, 2, return_indices=True)
     yv, iv = F.max_pool2d(x.to("vtpu"), 2, return_indices=True)
     assert torch.equal(yv.cpu(), yc) and torch.equal(iv.cpu(), ic)
+
+
+# (input shape, kernel_size, stride, padding, dilation, ceil_mode) of max_pool1d
+GEOMETRIES_1D = [
+    ((4, 6, 40), 3, None, 0, 1, False),
+    ((4, 6, 41), 2, 2, 1, 1, True),
+    ((2, 5, 33), 4, 3, 2, 2, True),
+    ((7, 30), 3, 1, 1, 1, False),  # unbatched (C, L)
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_max_pool1d_without_gradients_runs_atens_1d_kernel_with_the_cpus_bits(mode):
+    # ATen runs an index-free 1-d kernel for CPU tensors needing no gradient and
+    # max_pool1d_with_indices for every other device; ours (the 2-d generated
+    # kernel, writing unused int64 indices) took 3-8x the CPU's time (a review).
+    torch_vtpu.profile_ops(True)
+    try:
+        torch_vtpu.reset_metrics()
+        with torch_vtpu.mode(mode):
+            for i, (shape, k, s, p, d, ceil) in enumerate(GEOMETRIES_1D):
+                x = _data(shape, torch.float32, seed=20 + i)
+                expected = F.max_pool1d(x, k, s, p, d, ceil)
+                with torch.no_grad():
+                    got = F.max_pool1d(x.to("vtpu").requires_grad_(), k, s, p, d, ceil)
+                assert _bitwise(got.cpu(), expected), (shape, k)
+                with torch.inference_mode():
+                    assert _bitwise(nn.MaxPool1d(k, s, p, d, ceil_mode=ceil)(x.to("vtpu")).cpu(), expected)
+            torch.vtpu.synchronize()
+        by_op = torch_vtpu.metrics()["device_time_by_op"]
+    finally:
+        torch_vtpu.profile_ops(False)
+    assert by_op["aten::max_pool1d"][1] == 2 * len(GEOMETRIES_1D), by_op
+    assert not any("max_pool2d" in op for op in by_op), by_op
+
+
+def test_max_pool1d_with_gradients_keeps_the_indexed_kernel_and_the_cpus_gradients():
+    for i, (shape, k, s, p, d, ceil) in enumerate(GEOMETRIES_1D):
+        x = _data(shape, torch.float32, seed=30 + i)
+        outs = []
+        for device in ("cpu", "vtpu"):
+            t = x.clone().to(device).requires_grad_()
+            y = F.max_pool1d(t, k, s, p, d, ceil)
+            assert y.requires_grad and y.grad_fn is not None
+            y.backward(torch.linspace(-1, 1, y.numel()).reshape(y.shape).to(device))
+            outs.append((y.detach().cpu(), t.grad.cpu()))
+        assert _bitwise(outs[1][0], outs[0][0]) and _bitwise(outs[1][1], outs[0][1]), (shape, k)
+    # Forward-mode AD also needs the indexed kernel.
+    import torch.autograd.forward_ad as fwAD
+    x, tangent = torch.randn(2, 3, 16), torch.randn(2, 3, 16)
+    results = []
+    for device in ("cpu", "vtpu"):
+        with fwAD.dual_level():
+            dual = fwAD.make_dual(x.to(device), tangent.to(device))
+            results.append(fwAD.unpack_dual(F.max_pool1d(dual, 3)).tangent.cpu())
+    assert torch.equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("args", [dict(kernel_size=0), dict(kernel_size=2, padding=2), dict(kernel_size=50)])
+def test_max_pool1d_invalid_geometries_raise_what_the_cpu_raises(args):
+    x = torch.randn(1, 2, 30)
+    with pytest.raises(Exception) as cpu_error:
+        F.max_pool1d(x, **args)
+    with torch.no_grad(), pytest.raises(type(cpu_error.value)):
+        F.max_pool1d(x.to("vtpu"), **args).cpu()
+    with pytest.raises(type(cpu_error.value)):
+        F.max_pool1d(x.to("vtpu").requires_grad_(), **args).cpu()

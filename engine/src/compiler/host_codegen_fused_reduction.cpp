@@ -109,7 +109,7 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     << num_tensors << "][VTPU_MAX_RANK];\n"
     << "  int64_t row_n;\n  int64_t row_st[" << num_tensors << "];\n  bool row_merged;\n  bool row_fast;\n"
     << "  bool col_fast;\n};\n"
-    << "constexpr int kLanes = 32;\nconstexpr int kGroup = 512;\n";
+    << "constexpr int kLanes = 32;\nconstexpr int kGroup = 2048;\n";
   // The row's offset of element i of tensor t when its dims do not nest.
   s << "inline int64_t row_offset(const Context& c, int t, int64_t i) {\n  int64_t off = 0;\n";
   for (int d = rank - 1; d >= row_start && row_start >= 0; --d)
@@ -247,8 +247,8 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
   } else {
     // Columns: groups of up to kGroup neighbouring outputs along the kept
     // innermost dim, each accumulated in sequential order. A group is wide
-    // (512 accumulators, 4 KiB of doubles) so that each row of each tensor
-    // is read as one run of up to 2 KiB: with groups of 32 outputs every row
+    // (2048 accumulators, 16 KiB of doubles) so that each row of each tensor
+    // is read as one run of up to 8 KiB: with groups of 32 outputs every row
     // of every tensor was a separate page (TLB misses dominated a column sum
     // fused with a backward's elementwise work). Each output's order is the
     // same for any group width.
@@ -324,8 +324,11 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     s << ";\n";
   }
   s << "  if (outputs <= 0) return;\n"
-    << "  const int64_t grain = c.count > 0 ? (32768 + c.count - 1) / c.count : 32768;\n"
-    << "  if (args->parallel_for != nullptr && outputs > 1 && outputs * c.count > 32768)\n"
+    << "  int64_t grain = c.count > 0 ? (32768 + c.count - 1) / c.count : 32768;\n";
+  // Columns: a parallel chunk is a whole group where there are enough
+  // columns (host_codegen_reduction.cpp says why).
+  if (!rows) s << "  grain = std::max<int64_t>(grain, std::min<int64_t>(kGroup, (outputs + 1) / 2));\n";
+  s << "  if (args->parallel_for != nullptr && outputs > 1 && outputs * c.count > 32768)\n"
     << "    args->parallel_for(outputs, grain, &body, &c, args->runner);\n"
     << "  else body(0, outputs, &c);\n}\n";
   return {symbol, s.str()};

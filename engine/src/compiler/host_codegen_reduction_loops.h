@@ -42,7 +42,9 @@ class ReductionLoops {
   // The kernel's extern "C" entry: tensors[0] the output described in the
   // input's dims, tensors[1] the input; `with_scalars` stores args->scalars
   // in c.scalars.
-  void emit_entry(const std::string& symbol, bool with_scalars) const;
+  // `min_grain`: a C++ expression (of `outputs`) the parallel grain is
+  // raised to, when a kernel's loops want wider chunks than its cost asks.
+  void emit_entry(const std::string& symbol, bool with_scalars, const std::string& min_grain = "") const;
 
  private:
   std::ostream& s_;

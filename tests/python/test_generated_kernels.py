@@ -481,3 +481,29 @@ def test_work_sharing_pool_gives_the_bits_of_atens_parallel_for(tmp_path):
     if digests["1"]["threads"] < 2:
         pytest.skip("one intra-op thread: nothing is split, the comparison would be empty")
     assert digests["1"]["digest"] == digests["0"]["digest"], digests
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_argmax_and_argmin_give_the_cpus_first_index_with_nan_infinities_signed_zeros_and_ties(mode):
+    # The kernels find the extreme value, then the first index holding it (the
+    # first NaN when there is one): ties and ±0 go to the first occurrence.
+    import torch
+    import torch_vtpu
+    torch.manual_seed(0)
+    for dtype in [torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.uint8, torch.int64]:
+        for shape, dim in [((37, 129), -1), ((37, 129), 0), ((2000, 3), 0), ((3, 4, 50), 1), ((6, 7), None)]:
+            if dtype.is_floating_point:
+                x = (torch.randint(-3, 4, shape) * 0.5).to(dtype)
+                flat, n = x.view(-1), x.numel()
+                pick = torch.randperm(n)
+                flat[pick[: n // 50]] = float("nan")
+                flat[pick[n // 50: n // 25]] = float("inf")
+                flat[pick[n // 25: n // 10]] = -0.0
+            else:
+                x = torch.randint(0, 3, shape).to(dtype)  # mostly ties
+            for xx in (x, x.transpose(0, 1)):
+                for fn in ("argmax", "argmin"):
+                    args = () if dim is None else (dim,)
+                    with torch_vtpu.mode(mode):
+                        got = getattr(xx.to("vtpu"), fn)(*args).cpu()
+                    assert torch.equal(got, getattr(xx, fn)(*args)), (dtype, shape, dim, fn, xx.stride())

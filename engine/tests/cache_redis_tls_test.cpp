@@ -39,9 +39,9 @@ Entry sample_entry() {
   return e;
 }
 
-SharedTier::Options quick_options() {
+SharedTier::Options quick_options(std::chrono::milliseconds timeout) {
   SharedTier::Options o;
-  o.timeout = std::chrono::milliseconds(1000);
+  o.timeout = timeout;
   o.retry_after = std::chrono::milliseconds(0);
   return o;
 }
@@ -83,10 +83,13 @@ class Certificates {
   if (!binary) GTEST_SKIP() << "redis-server is not installed (make test installs it)";                       \
   if (!run("openssl version")) GTEST_SKIP() << "the openssl command is not installed (make test installs it)"
 
-std::shared_ptr<SharedTier> open_tier(const std::string& url, TlsOptions tls = {}) {
-  return std::make_shared<SharedTier>(open_redis_store(RedisAddress::parse(url), std::chrono::milliseconds(1000),
-                                                       std::move(tls)),
-                                      kSigningKey, quick_options());
+// Handshakes get 5 s: a loaded CI machine (tests in parallel) can take over
+// 1 s to finish one, and the verification failures these tests expect would
+// then read as timeouts. The tests that wait for a timeout pass a short one.
+std::shared_ptr<SharedTier> open_tier(const std::string& url, TlsOptions tls = {},
+                                      std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
+  return std::make_shared<SharedTier>(open_redis_store(RedisAddress::parse(url), timeout, std::move(tls)),
+                                      kSigningKey, quick_options(timeout));
 }
 
 TEST(RedisTlsTest, ParsesRedissUrls) {
@@ -202,7 +205,7 @@ TEST(RedisTlsTest, MismatchedProtocolsAndASilentServerCostTheTimeoutAtMost) {
       {"rediss:// to a silent server", "rediss://127.0.0.1:" + silent_port},
   };
   for (const Case& c : cases) {
-    auto tier = open_tier(c.url, trusted);
+    auto tier = open_tier(c.url, trusted, std::chrono::milliseconds(1000));
     const auto start = std::chrono::steady_clock::now();
     EXPECT_EQ(tier->get(kKey), nullptr) << c.what;
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2500)) << c.what;

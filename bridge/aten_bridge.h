@@ -94,6 +94,10 @@ namespace vtpu::bridge {
 // PrivateUse1 fallback does: for kernels that handle some inputs themselves
 // and leave the rest to ATen's CPU kernel.
 void run_on_host_kernel_path_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The same, run at once on a drained stream (the CPU kernel raises at the
+// call); `reason` is counted under metrics()["syncs"].
+void run_on_host_kernel_path_at_once_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                                           const char* reason);
 
 void debug_corrupt_next(const std::string& op);
 }  // namespace vtpu::bridge

@@ -5,6 +5,7 @@
 // scalar_tensor's conversion of its value, record_stream, and max_pool1d's
 // index-free kernel, which ATen keeps for CPU tensors.
 #include <ATen/ATen.h>
+#include <ATen/TensorSubclassLikeUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
@@ -173,13 +174,27 @@ at::Tensor max_pool1d_on_host(const at::Tensor& self, c10::IntArrayRef kernel_si
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::max_pool1d", "");
   torch::jit::Stack stack;
   torch::jit::push(stack, self, kernel_size, stride, padding, dilation, ceil_mode);
-  run_on_host_kernel_path_boxed(op, &stack);
+  // The 1-d kernel is floating only, while the meta step (the indexed
+  // kernel's) takes any dtype: queued, an integer input raised at the next
+  // synchronisation instead of at the call. Those run at once, where the CPU
+  // raises what it raises.
+  const c10::ScalarType dtype = self.scalar_type();
+  const bool cpu_kernel_takes = dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf ||
+                                dtype == at::kBFloat16;
+  if (cpu_kernel_takes) run_on_host_kernel_path_boxed(op, &stack);
+  else run_on_host_kernel_path_at_once_boxed(op, &stack, "meta_disagrees_with_cpu");
   return stack.back().toTensor();
 }
 
 at::Tensor max_pool1d(const at::Tensor& self, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
                       c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode) {
-  if ((at::GradMode::is_enabled() && self.requires_grad()) || self._fw_grad(/*level=*/0).defined())
+  // ATen's own condition for the indexed kernel, but for the device: a
+  // gradient to track, or a tensor that is not a plain vtpu tensor (fake,
+  // functional, a __torch_dispatch__ subclass, a dispatch mode active), which
+  // must see the decomposed ops rather than a host kernel (torch.compile and
+  // make_fx failed, or baked the traced input's values in; found by review).
+  if ((at::GradMode::is_enabled() && self.requires_grad()) || self._fw_grad(/*level=*/0).defined() ||
+      at::isTensorSubclassLike(self))
     return std::get<0>(at::max_pool1d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode));
   return max_pool1d_on_host(self, kernel_size, stride, padding, dilation, ceil_mode);
 }

@@ -656,6 +656,15 @@ void run_on_host_kernel_path_boxed(const c10::OperatorHandle& op, torch::jit::St
   host_kernel_fallback(op, stack);
 }
 
+void run_on_host_kernel_path_at_once_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                                           const char* reason) {
+  DeviceContext& context = DeviceContext::get();
+  check_devices(op.schema(), *stack, stack->size() - op.schema().arguments().size());
+  context.metrics().count_op();
+  context.metrics().count_host_fallback(op_name(op));
+  run_synchronously(op, stack, reason);
+}
+
 void debug_corrupt_next(const std::string& op) {
   std::lock_guard<std::mutex> lock(corrupt_mutex);
   corrupt_next_op = op;

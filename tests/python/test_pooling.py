@@ -195,3 +195,27 @@ def test_max_pool1d_invalid_geometries_raise_what_the_cpu_raises(args):
         F.max_pool1d(x.to("vtpu"), **args).cpu()
     with pytest.raises(type(cpu_error.value)):
         F.max_pool1d(x.to("vtpu").requires_grad_(), **args).cpu()
+
+
+def test_max_pool1d_traced_by_fake_tensors_make_fx_and_compile_sees_the_decomposition():
+    # The index-free host kernel is for plain device tensors only: fake and
+    # functional tensors failed ("Cannot access data pointer"), make_fx baked the
+    # traced input's result in as a constant (found by review).
+    from torch.fx.experimental.proxy_tensor import make_fx
+    x, y = torch.randn(2, 3, 10), torch.randn(2, 3, 10)
+    traced = make_fx(lambda t: F.max_pool1d(t, 3))(x.to("vtpu"))
+    assert torch.equal(traced(y.to("vtpu")).cpu(), F.max_pool1d(y, 3))
+    with torch.no_grad():
+        compiled = torch.compile(nn.MaxPool1d(3), backend="vtpu")
+        assert torch.equal(compiled(y.to("vtpu")).cpu(), F.max_pool1d(y, 3))
+    torch._dynamo.reset()
+
+
+def test_max_pool1d_of_integers_raises_the_cpus_error_at_the_call():
+    xi = torch.randint(0, 9, (2, 3, 10))
+    with pytest.raises(NotImplementedError) as cpu_error:
+        F.max_pool1d(xi, 3)
+    with pytest.raises(NotImplementedError) as vtpu_error:
+        F.max_pool1d(xi.to("vtpu"), 3)  # no synchronisation: raised at the call
+    assert str(cpu_error.value) in str(vtpu_error.value)
+    torch.vtpu.synchronize()  # nothing left pending

@@ -258,8 +258,10 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     s << "    const int64_t group = std::min<int64_t>({(int64_t)kGroup, c.sizes[" << last << "] - k" << last
       << ", end - o});\n";
     for (int t = 0; t < num_tensors; ++t) s << "    const int64_t st" << t << " = c.strides[" << t << "][" << last << "];\n";
+    // Only the group's accumulators: a narrow kept dim (sum(1) of
+    // [200000, 3, 2]) makes many groups of one or two columns.
     s << "    " << acc << " lanes[kGroup];\n"
-      << "    for (int l = 0; l < kGroup; ++l) lanes[l] = " << init << ";\n";
+      << "    for (int l = 0; l < group; ++l) lanes[l] = " << init << ";\n";
     const int depth = open_loops("    ", false);
     const std::string ind = "    " + std::string(2 * depth, ' ');
     if (has_col_fast)

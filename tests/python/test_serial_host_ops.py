@@ -35,7 +35,7 @@ def _small_ops(device):
         "aten::searchsorted.Tensor": lambda: torch.searchsorted(sorted_seq.to(device), queries.to(device), right=True),
         "aten::_embedding_bag_forward_only": lambda: F.embedding_bag(indices.to(device), weight.to(device), offsets.to(device),
                                                         mode="sum"),
-        "aten::index.Tensor_out": lambda: table.to(device)[rows.to(device)],
+        "aten::index.Tensor": lambda: table.to(device)[rows.to(device)],
     }
 
 
@@ -122,7 +122,7 @@ def test_a_serial_kernel_runs_on_one_thread_and_the_bound_turns_it_off():
     assert serial["raised"] == "IndexError", serial
     # After the failed serial kernel the stream's thread runs ATen's threads again.
     assert serial["big_vtpu"] == serial["big_two_threads"], serial
-    assert serial["serial"] == {"aten::sum.IntList_out": 1, "aten::index.Tensor_out": 1}, serial
+    assert serial["serial"] == {"aten::sum.IntList_out": 1, "aten::index.Tensor": 1}, serial
     threaded, _ = _sum_on_the_host_path("0")
     assert threaded["vtpu"] == threaded["two_threads"], threaded
     assert threaded["serial"] == {}, threaded
@@ -132,7 +132,7 @@ def test_a_serial_kernel_runs_on_one_thread_and_the_bound_turns_it_off():
 def test_a_malformed_bound_is_reported_and_the_default_used(bound):
     report, stderr = _sum_on_the_host_path(bound)
     assert f"VTPU_SERIAL_HOST_OP_BYTES={bound} is not a non-negative integer" in stderr, stderr
-    assert report["serial"].get("aten::index.Tensor_out") == 1, report
+    assert report["serial"].get("aten::index.Tensor") == 1, report
 
 
 def test_an_error_in_a_serial_kernel_is_raised_and_the_process_stays_usable():

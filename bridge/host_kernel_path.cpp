@@ -354,6 +354,42 @@ const c10::OperatorHandle& substitute(const c10::OperatorHandle& op, Stack* stac
   return op;
 }
 
+// The geometry a written argument's CPU alias had before the kernel ran.
+struct WrittenGeometry {
+  at::Tensor alias;
+  std::vector<std::int64_t> sizes, strides;
+  std::int64_t offset;
+};
+
+std::vector<WrittenGeometry> record_written_geometry(const c10::FunctionSchema& schema, const Stack& host) {
+  std::vector<WrittenGeometry> written;
+  const auto& arguments = schema.arguments();
+  for (std::size_t i = 0; i < arguments.size() && i < host.size(); ++i) {
+    const auto* alias = arguments[i].alias_info();
+    if (alias == nullptr || !alias->isWrite() || !host[i].isTensor()) continue;
+    const at::Tensor& t = host[i].toTensor();
+    if (t.defined()) written.push_back({t, t.sizes().vec(), t.strides().vec(), t.storage_offset()});
+  }
+  return written;
+}
+
+// Some CPU out= kernels restride their output in place before writing it
+// (replication_pad2d's makes it channels-last when the input is, found by a
+// review: every element of a channels-last F.pad(mode="replicate") was
+// wrong). The CPU alias then describes the memory as written, while the
+// device tensor keeps the geometry promised at dispatch: move the values
+// into that geometry.
+void restore_written_geometry(std::vector<WrittenGeometry>& written) {
+  for (WrittenGeometry& w : written) {
+    at::Tensor& t = w.alias;
+    if (t.sizes() != c10::IntArrayRef(w.sizes)) continue;  // resizes are refused or handled elsewhere
+    if (t.strides() == c10::IntArrayRef(w.strides) && t.storage_offset() == w.offset) continue;
+    const at::Tensor values = t.clone();
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(w.sizes, w.strides, w.offset);
+    t.copy_(values);
+  }
+}
+
 void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack);
 
 void host_kernel_fallback(const c10::OperatorHandle& requested, Stack* stack) {
@@ -609,7 +645,9 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
       } else if (!(fresh_in_return_order && (run_attention_in_batch_blocks(name, host, fresh_host) ||
                                              run_convolution_in_batch_blocks(name, host, fresh_host))) &&
                  !run_convolution_backward_in_batch_blocks(name, host, results_by_return(fresh_host, fresh_slots))) {
+        std::vector<WrittenGeometry> written = record_written_geometry(op.schema(), host);
         op.callBoxed(host);
+        restore_written_geometry(written);
       }
       // Fresh results were computed into CPU temporaries: copy them over.
       // Returned aliases of arguments were written in place already.
@@ -683,12 +721,16 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 // result, and the CPU's out= kernel warns "output was resized"; addr.out's
 // composite resizes an out= that is also its input, where the CPU raises),
 // or call a CPU kernel stub that has no vtpu entry (conj_physical_: an
-// internal assert).
+// internal assert). The structured pads' and pixel (un)shuffle's
+// composites make a contiguous result where the CPU's is channels-last for
+// a channels-last input (host_result gives the CPU's layout).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"convolution_overrideable", "convolution_backward_overrideable",
                            "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
                            "native_group_norm_backward", "addr", "linalg_lstsq", "mse_loss",
-                           "smooth_l1_loss", "huber_loss", "conj_physical_", "addr.out"}) {
+                           "smooth_l1_loss", "huber_loss", "conj_physical_", "addr.out",
+                           "replication_pad2d", "replication_pad3d", "reflection_pad3d", "pixel_shuffle",
+                           "pixel_unshuffle"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&host_kernel_fallback>());
   }
   // CompositeImplicitAutograd kernels that read tensor memory through raw

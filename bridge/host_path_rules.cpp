@@ -94,6 +94,18 @@ HostResult host_result(const c10::OperatorHandle& op, std::size_t result, const 
     if (channels_last(input) || channels_last(weight)) host.memory_format = at::MemoryFormat::ChannelsLast;
     return host;
   }
+  // Padding by reflection or replication and pixel (un)shuffle: the CPU
+  // kernels give the result the input's suggested memory format
+  // (channels-last in, channels-last out); the meta kernels say contiguous.
+  static const std::unordered_set<std::string> keeps_input_layout = {
+      "aten::reflection_pad2d", "aten::reflection_pad3d", "aten::replication_pad2d",
+      "aten::replication_pad3d", "aten::pixel_shuffle",   "aten::pixel_unshuffle"};
+  if (result == 0 && keeps_input_layout.count(name) && stack.size() > first && stack[first].isTensor() &&
+      stack[first].toTensor().dim() == meta_out.dim()) {
+    const at::MemoryFormat format = stack[first].toTensor().suggest_memory_format();
+    if (format != at::MemoryFormat::Contiguous) host.memory_format = format;
+    return host;
+  }
   // Group and layer norm backward (grad_out, input, ...): the CPU gives the
   // input gradient the input's type and the parameter gradients the
   // weight's; group norm's meta kernel says float32 for all three, which

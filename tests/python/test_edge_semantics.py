@@ -206,6 +206,55 @@ def test_add_and_sub_with_alpha_round_once_as_atens_fmadd(mode, dtype):
         assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_addcmul_lerp_and_tanh_backward_round_once_as_atens_fused_multiply_adds(mode, dtype):
+    # ATen's CPU kernels compute addcmul as fma(value * t1, t2, self), lerp as
+    # fma(w, end - start, start) (fma(w - 1, end - start, end) for |w| >= 0.5)
+    # and tanh_backward as g * fma(-y, y, 1), in their vector bodies and scalar
+    # remainders alike (1,003 elements and a strided view take both). Two
+    # roundings left 15-30% of float32 elements an ulp off the CPU's, so Adam's
+    # moments (foreach lerp and addcmul) and recurrent backwards drifted.
+    torch_vtpu.set_mode(mode)
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(1003, generator=g).to(dtype) for _ in range(3))
+    w = torch.rand(1003, generator=g).to(dtype) * 1.5 - 0.25
+    y = torch.tanh(torch.randn(1003, generator=g)).to(dtype)
+    strided = torch.randn(1003, 2, generator=g).to(dtype)[:, 0]
+    cases = [
+        lambda d: torch.addcmul(d(a), d(b), d(c), value=0.3),
+        lambda d: torch.addcmul(d(a), d(b), d(c)),
+        lambda d: torch.addcmul(d(strided), d(b), d(c), value=-1.7),
+        lambda d: torch.lerp(d(a), d(b), 0.3),
+        lambda d: torch.lerp(d(a), d(b), 0.7),
+        lambda d: torch.lerp(d(a), d(b), d(w)),
+        lambda d: torch.lerp(d(strided), d(b), 0.3),
+        lambda d: torch.ops.aten.tanh_backward(d(a), d(y)),
+        lambda d: torch._foreach_addcmul([d(a)], [d(b)], [d(c)], 0.001)[0],
+        lambda d: torch._foreach_lerp([d(a)], [d(b)], 0.1)[0],
+        lambda d: d(a).clone().addcmul_(d(b), d(c), value=0.5),
+        lambda d: d(a).clone().lerp_(d(b), 0.9),
+    ]
+    for i, case in enumerate(cases):
+        want = case(lambda t: t)
+        got = case(lambda t: t.to("vtpu")).cpu()
+        assert torch.equal(got, want), f"case {i}: {(got != want).sum().item()} of {want.numel()} elements differ"
+    # Adam's moment updates (foreach lerp_, mul_, addcmul_) keep the CPU's bits.
+    moments = {}
+    for device in ("cpu", "vtpu"):
+        m = [torch.randn(64, 33, generator=torch.Generator().manual_seed(i)).to(dtype).to(device) for i in range(3)]
+        v = [t.abs() for t in m]
+        grads = [torch.randn(64, 33, generator=torch.Generator().manual_seed(10 + i)).to(dtype).to(device)
+                 for i in range(3)]
+        for _ in range(3):
+            torch._foreach_lerp_(m, grads, 0.1)
+            torch._foreach_mul_(v, 0.999)
+            torch._foreach_addcmul_(v, grads, grads, 0.001)
+        moments[device] = [t.cpu() for t in m + v]
+    for want, got in zip(moments["cpu"], moments["vtpu"]):
+        assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("mode", ["debug", "strict", "fused"])
 def test_an_integer_tensor_with_a_python_float_computes_in_float32_as_the_cpu(mode):
     # A Python number stays a wrapped number when the host-kernel path takes

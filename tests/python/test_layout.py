@@ -162,3 +162,53 @@ def test_mixed_layouts_give_the_cpus_strides(mode):
                     mismatches.append(("add", a, b, expected.stride(), got.stride()))
         torch.vtpu.synchronize()
     assert not mismatches, mismatches[:10]
+
+
+LAYOUT_KEEPING_OPS = {
+    "reflect_pad2d": (4, lambda t: F.pad(t, (2, 1, 2, 3), mode="reflect")),
+    "replicate_pad2d": (4, lambda t: F.pad(t, (2, 1, 2, 3), mode="replicate")),
+    "reflect_pad3d": (5, lambda t: F.pad(t, (1, 2, 1, 1, 2, 1), mode="reflect")),
+    "replicate_pad3d": (5, lambda t: F.pad(t, (1, 2, 1, 1, 2, 1), mode="replicate")),
+    "pixel_shuffle": (4, lambda t: F.pixel_shuffle(t, 2)),
+    "pixel_unshuffle": (4, lambda t: F.pixel_unshuffle(t, 2)),
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+@pytest.mark.parametrize("name", sorted(LAYOUT_KEEPING_OPS))
+def test_pads_and_pixel_shuffles_of_channels_last_inputs_match_the_cpu(mode, name):
+    # The CPU kernels of these ops lay the result out in the input's memory
+    # format; the meta kernels say contiguous. replication_pad2d's out= kernel
+    # even restrides its out argument before writing it, so on vtpu every
+    # element of a channels-last F.pad(mode="replicate") came back scrambled
+    # (found by a review); the others were right but contiguous.
+    torch_vtpu.set_mode(mode)
+    dim, op = LAYOUT_KEEPING_OPS[name]
+    g = torch.Generator().manual_seed(0)
+    shape = (2, 8, 6, 4) if dim == 4 else (2, 8, 4, 6, 4)
+    fmt = torch.channels_last if dim == 4 else torch.channels_last_3d
+    for layout in (fmt, torch.contiguous_format):
+        x = torch.randn(*shape, generator=g).contiguous(memory_format=layout)
+        xc, xv = x.clone().requires_grad_(True), x.to("vtpu").requires_grad_(True)
+        want, got = op(xc), op(xv)
+        assert got.stride() == want.stride(), f"{layout}: strides {got.stride()}, CPU {want.stride()}"
+        assert torch.equal(got.detach().cpu(), want.detach())
+        grad = torch.randn(want.shape, generator=g)
+        want.backward(grad)
+        got.backward(grad.to("vtpu"))
+        assert xv.grad.stride() == xc.grad.stride()
+        torch.testing.assert_close(xv.grad.cpu(), xc.grad, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_an_out_kernel_that_restrides_its_output_still_fills_it_with_the_cpus_values(mode):
+    # replication_pad2d.out's CPU kernel resizes its out to the input's memory
+    # format before writing. A vtpu out= keeps the geometry it had at the call
+    # (it cannot change after dispatch), so the values are moved into it.
+    torch_vtpu.set_mode(mode)
+    x = torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    want = torch.ops.aten.replication_pad2d(x, [1, 2, 3, 1])
+    out = torch.empty(2, 3, 8, 8, device="vtpu")
+    got = torch.ops.aten.replication_pad2d.out(x.to("vtpu"), [1, 2, 3, 1], out=out)
+    assert got is out and out.is_contiguous()
+    assert torch.equal(out.cpu(), want)

@@ -646,20 +646,29 @@ class Emitter {
         return a + " * (" + T + "(0.5) * (" + T + "(1) + vtpu_erf(" + b + " * " + T + "(0.7071067811865476))) + " + b +
                " * " + T + "(0.3989422804014327) * vtpu_exp(" + T + "(-0.5) * " + b + " * " + b + "))";
       case OpKind::SigmoidBackward: return a + " * (" + T + "(1) - " + b + ") * " + b;
-      case OpKind::TanhBackward: return a + " * (" + T + "(1) - " + b + " * " + b + ")";
+      // ATen's CPU kernel rounds 1 - y * y once (a fused multiply-add, vector
+      // body and scalar remainder alike, float32 and float64).
+      case OpKind::TanhBackward:
+        return floating ? a + " * std::fma(-" + b + ", " + b + ", " + T + "(1))" : a + " * (" + T + "(1) - " + b + " * " + b + ")";
       case OpKind::SiluBackward:
         return a + " * vtpu_sigmoid(" + b + ") * (" + T + "(1) + " + b + " * (" + T + "(1) - vtpu_sigmoid(" + b +
                ")))";
       case OpKind::Where: return "(" + as(node.inputs[0], "bool") + " ? " + b + " : " + c + ")";
       case OpKind::Lerp:
-        return "(std::fabs(" + c + ") < " + T + "(0.5) ? " + a + " + " + c + " * (" + b + " - " + a + ") : " + b + " - (" + b +
-               " - " + a + ") * (" + T + "(1) - " + c + "))";
+        // ATen: one fused multiply-add, weight * (end - start) + start for a
+        // weight below 0.5 in magnitude, (weight - 1) * (end - start) + end
+        // otherwise (its lerp_vec; the scalar remainder rounds the same).
+        return "(std::fabs(" + c + ") < " + T + "(0.5) ? std::fma(" + c + ", " + b + " - " + a + ", " + a + ") : std::fma(" +
+               c + " - " + T + "(1), " + b + " - " + a + ", " + b + "))";
       case OpKind::Addcmul:
       case OpKind::Addcdiv: {
         const std::string v = has_runtime_scalar(node) ? runtime_scalar(id) : "1.0";
         if (!floating && node.op == OpKind::Addcmul)
           return "vtpu_wrap_add(" + a + ", vtpu_wrap_mul(vtpu_wrap_mul(" + T + "(" + v + "), " + b + "), " + c + "))";
-        return a + " + " + T + "(" + v + ") * " + b + (node.op == OpKind::Addcmul ? " * " : " / ") + c;
+        // addcmul: ATen rounds (value * t1) * t2 + self once (a fused
+        // multiply-add); addcdiv's division cannot fuse.
+        if (node.op == OpKind::Addcmul) return "std::fma(" + T + "(" + v + ") * " + b + ", " + c + ", " + a + ")";
+        return a + " + " + T + "(" + v + ") * " + b + " / " + c;
       }
       case OpKind::MaskedFill: return "(" + as(node.inputs[1], "bool") + " ? " + c + " : " + a + ")";
       case OpKind::Clamp: {

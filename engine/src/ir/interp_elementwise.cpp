@@ -97,6 +97,13 @@ Num float_op(const Node& n, const std::vector<double>& v) {
   const double x = v[0];
   const double y = v.size() > 1 ? v[1] : 0.0;
   const Attributes& a = n.attrs;
+  // p * q + r rounded once, as ATen's fused multiply-adds (host_codegen.cpp):
+  // in float for float32 and the 16-bit types (their compute type), in double
+  // for float64.
+  const auto fused = [&n](double p, double q, double r) {
+    if (n.common_dtype == DType::kFloat64) return std::fma(p, q, r);
+    return static_cast<double>(std::fma(static_cast<float>(p), static_cast<float>(q), static_cast<float>(r)));
+  };
   switch (n.op) {
     case OpKind::Neg: return F(-x);
     case OpKind::Abs: return F(std::fabs(x));
@@ -185,7 +192,7 @@ Num float_op(const Node& n, const std::vector<double>& v) {
       return F(x * s * (1.0 + y * (1.0 - s)));
     }
     case OpKind::SigmoidBackward: return F(x * (1.0 - y) * y);
-    case OpKind::TanhBackward: return F(x * (1.0 - y * y));
+    case OpKind::TanhBackward: return F(x * fused(-y, y, 1.0));
     case OpKind::Where: return F(v[0] != 0 ? v[1] : v[2]);
     case OpKind::Clamp: {
       double r = x;
@@ -196,9 +203,9 @@ Num float_op(const Node& n, const std::vector<double>& v) {
     }
     case OpKind::Lerp: {
       const double w = v[2];
-      return F(std::fabs(w) < 0.5 ? x + w * (y - x) : y - (y - x) * (1.0 - w));
+      return F(std::fabs(w) < 0.5 ? fused(w, y - x, x) : fused(w - 1.0, y - x, y));
     }
-    case OpKind::Addcmul: return F(x + a.get_double("value", 1.0) * v[1] * v[2]);
+    case OpKind::Addcmul: return F(fused(a.get_double("value", 1.0) * v[1], v[2], x));
     case OpKind::Addcdiv: return F(x + a.get_double("value", 1.0) * v[1] / v[2]);
     case OpKind::MaskedFill: return F(v[1] != 0 ? v[2] : x);
     default: interp_fail(n.op, "not implemented by the reference interpreter for floating types");

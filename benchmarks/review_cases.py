@@ -13,6 +13,12 @@ measured side by side in one process.
     softmax_dim0    softmax over dim 0 of a 4096 x 1024 matrix (the rows' elements are
                     1024 floats apart)
     softmax_t       softmax over the last dim of a transposed 2048 x 2048 matrix
+    relu_mean_bwd   relu(x).mean((2, 3)).backward(g), x 32 x 64 x 32 x 32 (a CNN's
+                    ReLU + global average pool): a fused relu+mean reduction
+                    storing the ReLU, and the mean's broadcast gradient / 1024
+                    fused with threshold_backward (float32; _bf16: bfloat16)
+    half_ops        float16 relu, add with alpha, softmax and a row sum of
+                    1024 x 1024 (float16 conversions in generated kernels)
 
 Each round runs every mode once (CPU, strict, fused, in turn), each vtpu run ending
 with torch.vtpu.synchronize(); after warm-up (three runs per mode, then the fused
@@ -79,8 +85,29 @@ def softmax_t(device: str) -> Callable[[], object]:
     return lambda: torch.softmax(x.t(), dim=-1)
 
 
+def relu_mean_backward(dtype: torch.dtype) -> Callable[[str], Callable[[], object]]:
+    def make(device: str) -> Callable[[], object]:
+        x = torch.randn(32, 64, 32, 32).to(dtype).to(device).requires_grad_()
+        g = torch.randn(32, 64).to(dtype).to(device)
+
+        def run():
+            x.grad = None
+            torch.relu(x).mean((2, 3)).backward(g)
+            return x.grad
+        return run
+    return make
+
+
+def half_ops(device: str) -> Callable[[], object]:
+    x = torch.randn(1024, 1024).half().to(device)
+    y = torch.randn(1024, 1024).half().to(device)
+    return lambda: (torch.relu(x), torch.add(x, y, alpha=0.5), torch.softmax(x, -1), x.sum(-1))
+
+
 CASES = {"lstm_inference": lstm_inference, "gru_train": gru_train, "sigmoid_chain": sigmoid_chain,
-         "softmax_dim0": softmax_dim0, "softmax_t": softmax_t}
+         "softmax_dim0": softmax_dim0, "softmax_t": softmax_t,
+         "relu_mean_bwd": relu_mean_backward(torch.float32), "relu_mean_bwd_bf16": relu_mean_backward(torch.bfloat16),
+         "half_ops": half_ops}
 
 
 def timed(run: Callable[[], object], mode: str) -> float:

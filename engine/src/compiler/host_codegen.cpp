@@ -100,14 +100,56 @@ constexpr const char* kPrelude = R"PRELUDE(
 struct vtpu_half { uint16_t bits; };
 struct vtpu_bf16 { uint16_t bits; };
 static inline float vtpu_load(vtpu_bf16 v) { uint32_t u = (uint32_t)v.bits << 16; float f; std::memcpy(&f, &u, 4); return f; }
+
+// All ones where b holds. The 16-bit conversions below choose with masks,
+// not selects: a select is a branch until the vectoriser if-converts it, so
+// a conversion of a loop-invariant value (a launch scalar rounded to 16
+// bits) stayed in the loop and kept the whole loop scalar.
+static inline uint32_t vtpu_mask(bool b) { return 0u - (uint32_t)b; }
+// Rounded to nearest even; a NaN keeps its sign and leading payload bits,
+// quieted.
 static inline vtpu_bf16 vtpu_to_bf16(float f) {
   uint32_t u; std::memcpy(&u, &f, 4);
-  if (std::isnan(f)) return vtpu_bf16{(uint16_t)((u >> 16) | 0x40)};
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return vtpu_bf16{(uint16_t)(u >> 16)};
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+  const uint32_t is_nan = vtpu_mask((u & 0x7fffffffu) > 0x7f800000u);
+  return vtpu_bf16{(uint16_t)((is_nan & nan) | (~is_nan & rounded))};
 }
-static inline float vtpu_load(vtpu_half v) { _Float16 h; std::memcpy(&h, &v.bits, 2); return (float)h; }
-static inline vtpu_half vtpu_to_half(float f) { _Float16 h = (_Float16)f; vtpu_half r; std::memcpy(&r.bits, &h, 2); return r; }
+// float16 <-> float32 in integer and float arithmetic, which GCC
+// vectorises; its _Float16 conversions are scalar on hosts without
+// AVX512-FP16 (float16 kernels took 10-25x the CPU's time). The results are
+// the x86 conversion instructions' (what ATen's CPU kernels use), NaNs too:
+// quieted, sign and leading payload bits kept.
+static inline float vtpu_load(vtpu_half v) {
+  const uint32_t h = v.bits, sign = (h & 0x8000u) << 16, mag = h & 0x7fffu, m = h & 0x3ffu;
+  const uint32_t normal = (mag << 13) + 0x38000000u;  // exponent rebiased from 15 to 127
+  const uint32_t special = 0x7f800000u | (m << 13) | ((uint32_t)(m != 0) << 22);  // inf, quieted NaN
+  // A subnormal is m units of 2^-24: (0.5 + m * 2^-24) - 0.5, both exact.
+  const uint32_t half_plus = 0x3f000000u | m;
+  float sub; std::memcpy(&sub, &half_plus, 4); sub -= 0.5f;
+  uint32_t sub_bits; std::memcpy(&sub_bits, &sub, 4);
+  const uint32_t is_special = vtpu_mask(mag >= 0x7c00u), is_normal = vtpu_mask(mag >= 0x0400u);
+  const uint32_t u = sign | (is_special & special) | (~is_special & ((is_normal & normal) | (~is_normal & sub_bits)));
+  float f; std::memcpy(&f, &u, 4); return f;
+}
+static inline vtpu_half vtpu_to_half(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  // Normal results: rebias the exponent, round the 13 dropped bits to
+  // nearest even (a carry moves into the exponent as it should).
+  const uint32_t r = a - 0x38000000u;
+  const uint32_t normal = (r + 0x0fffu + ((r >> 13) & 1u)) >> 13;
+  // Subnormal results: adding 0.5 leaves |f| rounded to nearest even in
+  // units of 2^-24 (0.5's ulp) in the low mantissa bits.
+  float fa; std::memcpy(&fa, &a, 4);
+  const float shifted = fa + 0.5f;
+  uint32_t sb; std::memcpy(&sb, &shifted, 4);
+  const uint32_t sub = sb - 0x3f000000u;
+  const uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+  const uint32_t is_nan = vtpu_mask(a > 0x7f800000u), is_inf = vtpu_mask(a >= 0x477ff000u),
+                 is_normal = vtpu_mask(a >= 0x38800000u);
+  const uint32_t h = (is_nan & nan) | (~is_nan & ((is_inf & 0x7c00u) | (~is_inf & ((is_normal & normal) | (~is_normal & sub)))));
+  return vtpu_half{(uint16_t)(sign | h)};
+}
 template <typename T> static inline T vtpu_load(T v) { return v; }
 // The value unchanged, its origin hidden from the optimiser (see
 // cast_from_floating in host_codegen.cpp).
@@ -205,8 +247,14 @@ class Emitter {
     // scalar calls per element (a 48-op sigmoid/tanh cluster ran 5x strict's
     // time). Only in purely elementwise kernels: forcing the helpers inline
     // everywhere made a fused GELU-backward reduction 6x slower.
+    // The Context is copied: read through the launcher's pointer, GCC
+    // reloaded its tensor pointers after every 16-bit store (a bfloat16 or
+    // float16 element is stored as a struct, which it does not tell apart
+    // from the Context's members) and left the loop scalar: a bfloat16
+    // division by a broadcast gradient fused with threshold_backward ran 15x
+    // slower than with the copy.
     s << "__attribute__((flatten)) void body(int64_t begin, int64_t end, void* raw) {\n"
-      << "  const Context& c = *static_cast<const Context*>(raw);\n";
+      << "  const Context c = *static_cast<const Context*>(raw);\n";
     if (all_contiguous || rank == 0) {
       // Element i reads and writes only element i of every tensor (a tensor
       // both read and written is the same memory at the same offsets, never

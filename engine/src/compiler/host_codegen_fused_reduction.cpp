@@ -148,7 +148,15 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
   }
   // element(): one element's elementwise work and stores; returns the value
   // the reduction accumulates.
-  s << "inline " << acc << " element(const Context& c";
+  // It takes the tensors' pointers and the scalars by value, not the
+  // Context: read through a reference inside the row's lane loop, GCC did
+  // not hoist them past the element's stores and left the loop scalar (a
+  // ReLU + mean over H, W of random data ran 30x slower, its ReLU a
+  // mispredicted branch per element).
+  s << "struct Scalars { const double* scalars; };\n";
+  s << "inline " << acc << " element(Scalars c";
+  for (int t = 0; t < num_tensors; ++t)
+    if (t != red_slot) s << ", char* p" << t;
   for (int t = 0; t < num_tensors; ++t)
     if (t != red_slot) s << ", int64_t o" << t;
   s << ") {\n";
@@ -156,7 +164,7 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
       s, graph,
       [&](int position, DType dtype) {
         const int t = num_outputs + position;
-        return "*reinterpret_cast<const " + std::string(storage_type(dtype)) + "*>(c.p" + slot(t) + " + o" + slot(t) +
+        return "*reinterpret_cast<const " + std::string(storage_type(dtype)) + "*>(p" + slot(t) + " + o" + slot(t) +
                " * " + std::to_string(ir::itemsize(dtype)) + ")";
       },
       [&](const ir::Node& node) { return &node == &red; });
@@ -164,7 +172,7 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     if (k == red_slot) continue;
     const ir::ValueId id = outputs[static_cast<std::size_t>(k)];
     const DType dt = graph.type(id).dtype;
-    s << "  *reinterpret_cast<" << storage_type(dt) << "*>(c.p" << k << " + o" << k << " * " << ir::itemsize(dt)
+    s << "  *reinterpret_cast<" << storage_type(dt) << "*>(p" << k << " + o" << k << " * " << ir::itemsize(dt)
       << ") = vtpu_store_t<" << storage_type(dt) << ">::of(v" << id << ");\n";
   }
   s << "  return static_cast<" << acc << ">(v" << red_input << ");\n}\n";
@@ -200,14 +208,22 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
   auto close_loops = [&](const std::string& ind, int depth) {
     for (; depth > 0; --depth) s << ind << std::string(2 * (depth - 1), ' ') << "}\n";
   };
+  // element()'s leading arguments: the scalars and the tensors' pointers,
+  // read from the Context (`from_context`) or from the fast row's copies.
+  auto element_head = [&](bool from_context) {
+    std::string text = from_context ? "element(Scalars{c.scalars}" : "element(q_";
+    for (int t = 0; t < num_tensors; ++t)
+      if (t != red_slot) text += (from_context ? ", c.p" : ", q") + slot(t);
+    return text;
+  };
   auto call = [&](const std::string& step) {  // element() at base<t> + step * st<t>
-    std::string text = "element(c";
+    std::string text = element_head(true);
     for (int t = 0; t < num_tensors; ++t)
       if (t != red_slot) text += ", base" + slot(t) + " + " + step + " * st" + slot(t);
     return text + ")";
   };
-  auto call_with = [&](const std::function<std::string(int)>& offset) {
-    std::string text = "element(c";
+  auto call_with = [&](const std::function<std::string(int)>& offset, bool from_context = true) {
+    std::string text = element_head(from_context);
     for (int t = 0; t < num_tensors; ++t)
       if (t != red_slot) text += ", base" + slot(t) + offset(t);
     return text + ")";
@@ -218,7 +234,7 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
   };
 
   s << "void body(int64_t begin, int64_t end, void* raw) {\n"
-    << "  const Context& c = *static_cast<const Context*>(raw);\n";
+    << "  const Context c = *static_cast<const Context*>(raw);  // a copy: see host_codegen.cpp\n";
   const bool rows = last_reduced == rank - 1;
   if (rows) {
     s << "  for (int64_t o = begin; o < end; ++o) {\n";
@@ -231,14 +247,20 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     // window's rules: a buffer read and written is the same memory at the
     // same offsets), so its lane loop carries no dependence.
     auto lanes = [&](const std::string& value, bool ivdep = false) {
-      return std::string(ivdep ? "vtpu_lanes_reduce_ivdep<" : "vtpu_lanes_reduce<") + acc + ">(c.row_n, " + acc + "(" + init + "), [&](int64_t i) { return " + value +
+      return std::string(ivdep ? "vtpu_lanes_reduce_ivdep<" : "vtpu_lanes_reduce<") + acc + ">(c.row_n, " + acc + "(" + init + "), [" + (ivdep ? "=" : "&") + "](int64_t i) { return " + value +
              "; }, [](" + acc + " a, " + acc + " b) { return " + combine + "; })";
     };
     s << ind << "const " << acc << " part =\n";
-    if (has_fast)
-      s << ind << "    c.row_fast ? " << lanes(call_with([&](int t) {
+    if (has_fast) {
+      // The fast row's lane loop reads copies of the pointers, captured by
+      // value (see element()).
+      std::string copies = "const Scalars q_{c.scalars};";
+      for (int t = 0; t < num_tensors; ++t)
+        if (t != red_slot) copies += " char* const q" + slot(t) + " = c.p" + slot(t) + ";";
+      s << ind << "    c.row_fast ? [&] { " << copies << " return " << lanes(call_with([&](int t) {
         return fast_stride[static_cast<std::size_t>(t)] == 1 ? std::string(" + i") : std::string();
-      }), /*ivdep=*/true) << " :\n";
+      }, /*from_context=*/false), /*ivdep=*/true) << "; }() :\n";
+    }
     s << ind << "    c.row_merged ? " << lanes(call("i")) << " :\n"
       << ind << "    " << lanes(call_with([&](int t) { return " + row_offset(c, " + slot(t) + ", i)"; })) << ";\n"
       << ind << "{ const " << acc << " a = acc, b = part; acc = " << combine << "; }\n";
@@ -303,12 +325,17 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
   }
   if (row_start >= 0) {
     // Whether every tensor's row dims nest in memory (one run of stride
-    // row_st[t]), and whether the strides are the fast row's.
+    // row_st[t]), and whether the strides are the fast row's. The
+    // reduction's output does not walk the row (its strides along the
+    // reduced dims are whatever its keepdim view has, 1 as often as 0:
+    // counting them sent a ReLU + mean over H, W down the per-element
+    // offset path, 8x slower).
     s << "  c.row_n = 1; c.row_merged = true;\n"
       << "  for (int t = 0; t < " << num_tensors << "; ++t) c.row_st[t] = 0;\n"
       << "  for (int d = " << rank - 1 << "; d >= " << row_start << "; --d) {\n"
       << "    if (c.sizes[d] == 1) continue;\n"
       << "    for (int t = 0; t < " << num_tensors << "; ++t) {\n"
+      << "      if (t == " << red_slot << ") continue;\n"
       << "      if (c.row_n == 1) c.row_st[t] = c.strides[t][d];\n"
       << "      else if (c.strides[t][d] != c.row_n * c.row_st[t]) c.row_merged = false;\n"
       << "    }\n"

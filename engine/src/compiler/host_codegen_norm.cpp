@@ -145,7 +145,7 @@ GeneratedKernel emit_norm(const ir::Graph& graph, const std::string& symbol) {
   // Rows: offsets of the first row by division, then an odometer over the
   // leading dims (parameters stay at offset 0).
   s << "void body(int64_t begin, int64_t end, void* raw) {\n"
-    << "  const Context& c = *static_cast<const Context*>(raw);\n"
+    << "  const Context c = *static_cast<const Context*>(raw);  // a copy: see host_codegen.cpp\n"
     << "  bool all_unit = true;\n";
   // The unit instantiation needs every row and parameter tensor's normalized
   // dims to collapse to one run of stride 1 (size-1 dims' strides don't matter).

@@ -113,7 +113,7 @@ GeneratedKernel emit_norm_param_grads(const ir::Graph& graph, const std::string&
     s << "      reinterpret_cast<" << out_t << "*>(c.p[1])[at(1, b + j)] = vtpu_store_t<" << out_t << ">::of(db[j]);\n";
   s << "    }\n  }\n}\n"
     << "void body(int64_t begin, int64_t end, void* raw) {\n"
-    << "  const Context& c = *static_cast<const Context*>(raw);\n"
+    << "  const Context c = *static_cast<const Context*>(raw);  // a copy: see host_codegen.cpp\n"
     << "  bool all_unit = true;\n";
   // Unit: every row and parameter tensor's normalized dims collapse to one
   // run of stride 1.

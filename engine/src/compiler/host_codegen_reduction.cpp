@@ -110,7 +110,7 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
     << "constexpr int kLanes = " << kLanes << ";\nconstexpr int kGroup = 2048;\n";
   if (loops.merged_row()) loops.emit_row_offset();
   s << "void body(int64_t begin, int64_t end, void* raw) {\n"
-    << "  const Context& c = *static_cast<const Context*>(raw);\n"
+    << "  const Context c = *static_cast<const Context*>(raw);  // a copy: see host_codegen.cpp\n"
     << "  const " << in_t << "* in = reinterpret_cast<const " << in_t << "*>(c.in);\n"
     << "  " << out_t << "* out = reinterpret_cast<" << out_t << "*>(c.out);\n";
 

@@ -200,7 +200,7 @@ GeneratedKernel emit_reduction_stats(const ir::Graph& graph, const std::string& 
   s << "int64_t n, const double* s) { (void)n; (void)s; return " << k.finish << "; }\n";
 
   s << "void body(int64_t begin, int64_t end, void* raw) {\n"
-    << "  const Context& c = *static_cast<const Context*>(raw);\n"
+    << "  const Context c = *static_cast<const Context*>(raw);  // a copy: see host_codegen.cpp\n"
     << "  const " << in_t << "* in = reinterpret_cast<const " << in_t << "*>(c.in);\n"
     << "  " << out_t << "* out = reinterpret_cast<" << out_t << "*>(c.out);\n";
   auto load = [&](const std::string& index) { return "static_cast<T>(vtpu_load(in[" + index + "]))"; };

@@ -116,7 +116,7 @@ GeneratedKernel emit_softmax(const ir::Graph& graph, const std::string& symbol) 
   s << "}\n";
 
   s << "void body(int64_t begin, int64_t end, void* raw) {\n"
-    << "  const Context& c = *static_cast<const Context*>(raw);\n"
+    << "  const Context c = *static_cast<const Context*>(raw);  // a copy: see host_codegen.cpp\n"
     << "  const bool unit = true";
   for (int t = 0; t < tensors; ++t) s << " && c.strides[" << t << "][" << dim << "] == 1";
   // Offsets of the first row by division, then an odometer over the other dims.

@@ -14,8 +14,8 @@ unroll_foreach: a ``_foreach_*`` node becomes one ATen op per list element,
 fill_operands_to_scalars: Dynamo's polyfill of ``_foreach_lerp_`` multiplies
     by a tensor filled with the weight (``addcmul(start, full_like(d, w), d)``);
     materialising that fill costs a kernel and a buffer pass per parameter.
-    ``addcmul(a, full(w), b)`` with value 1 is ``a + (w * b)`` in the same
-    rounding, so it becomes ``add(a, mul(b, w))``.
+    ``addcmul(a, full(w), b)`` with value 1 is one fused multiply-add,
+    fma(w, b, a), as ``add(a, b, alpha=w)`` is, so it becomes that.
 
 scattered_halves_to_cat: AOTAutograd writes the gradient of ``cat((a, b), d)``
     taken apart again (RoPE's rotate_half) as two zero-filled tensors, each
@@ -196,21 +196,20 @@ def fill_operands_to_scalars(gm: fx.GraphModule) -> int:
                 continue
             out, a, f, b = vals
             # Same dtype everywhere and no broadcasting by the fill: then
-            # a + 1 * f * b == a + (b * w) bit for bit (the scalar is rounded
-            # to the dtype as the fill was). float32/float64 only: a 16-bit
-            # addcmul computes in float and rounds once, with the fill's
-            # 16-bit value, while mul and add would round twice and mul reads
-            # a Python number unrounded (a compiled bf16 foreach Adam step
-            # drifted from eager mode).
+            # addcmul(a, f, b) == add(a, b, alpha=w) bit for bit: both are one
+            # fused multiply-add, fma(w, b, a), with w rounded to the dtype as
+            # the fill was (ATen's CPU kernels and the generated ones alike; a
+            # mul and an add would round twice). float32/float64 only: a
+            # 16-bit addcmul computes in float with the fill's 16-bit value,
+            # while add reads its alpha unrounded (a compiled bf16 foreach
+            # Adam step drifted from eager mode).
             if (len({out.dtype, a.dtype, f.dtype, b.dtype}) != 1
                     or out.dtype not in (torch.float32, torch.float64)):
                 continue
             if tuple(f.shape) != tuple(out.shape) or tuple(b.shape) != tuple(out.shape):
                 continue
             with graph.inserting_before(node):
-                product = graph.call_function(aten.mul.Tensor, (other, weight))
-                product.meta = dict(node.meta)
-                total = graph.call_function(aten.add.Tensor, (self, product))
+                total = graph.call_function(aten.add.Tensor, (self, other), {"alpha": weight})
                 total.meta = dict(node.meta)
             node.replace_all_uses_with(total)
             graph.erase_node(node)

@@ -354,21 +354,40 @@ const c10::OperatorHandle& substitute(const c10::OperatorHandle& op, Stack* stac
   return op;
 }
 
-// The geometry a written argument's CPU alias had before the kernel ran.
+// The geometry a written argument's CPU alias had before the kernel ran,
+// and the dense tensor the kernel writes instead where it would restride a
+// view with gaps.
 struct WrittenGeometry {
   at::Tensor alias;
   std::vector<std::int64_t> sizes, strides;
   std::int64_t offset;
+  at::Tensor stand_in;
 };
 
-std::vector<WrittenGeometry> record_written_geometry(const c10::FunctionSchema& schema, const Stack& host) {
+// The pads' CPU out= kernels resize their out to the input's memory format
+// before writing it: an out= view with gaps between its elements (x[..., ::2])
+// would have numel elements written from its offset on, over the gaps (the
+// CPU's own result; a review found it). They write a dense stand-in instead.
+bool restrides_its_out(const std::string& name) {
+  static const std::unordered_set<std::string> ops = {"aten::replication_pad2d.out", "aten::replication_pad3d.out",
+                                                      "aten::reflection_pad2d.out", "aten::reflection_pad3d.out"};
+  return ops.count(name) != 0;
+}
+
+std::vector<WrittenGeometry> record_written_geometry(const c10::FunctionSchema& schema, Stack& host,
+                                                     const std::string& name) {
   std::vector<WrittenGeometry> written;
   const auto& arguments = schema.arguments();
   for (std::size_t i = 0; i < arguments.size() && i < host.size(); ++i) {
     const auto* alias = arguments[i].alias_info();
     if (alias == nullptr || !alias->isWrite() || !host[i].isTensor()) continue;
-    const at::Tensor& t = host[i].toTensor();
-    if (t.defined()) written.push_back({t, t.sizes().vec(), t.strides().vec(), t.storage_offset()});
+    const at::Tensor t = host[i].toTensor();
+    if (!t.defined()) continue;
+    written.push_back({t, t.sizes().vec(), t.strides().vec(), t.storage_offset(), at::Tensor()});
+    if (restrides_its_out(name) && !t.is_non_overlapping_and_dense()) {
+      written.back().stand_in = at::empty(t.sizes(), t.options());
+      host[i] = written.back().stand_in;
+    }
   }
   return written;
 }
@@ -379,9 +398,15 @@ std::vector<WrittenGeometry> record_written_geometry(const c10::FunctionSchema& 
 // wrong). The CPU alias then describes the memory as written, while the
 // device tensor keeps the geometry promised at dispatch: move the values
 // into that geometry.
-void restore_written_geometry(std::vector<WrittenGeometry>& written) {
+void restore_written_geometry(std::vector<WrittenGeometry>& written, Stack& returns) {
   for (WrittenGeometry& w : written) {
     at::Tensor& t = w.alias;
+    if (w.stand_in.defined()) {
+      t.copy_(w.stand_in);
+      for (c10::IValue& value : returns)
+        if (value.isTensor() && value.toTensor().unsafeGetTensorImpl() == w.stand_in.unsafeGetTensorImpl()) value = t;
+      continue;
+    }
     if (t.sizes() != c10::IntArrayRef(w.sizes)) continue;  // resizes are refused or handled elsewhere
     if (t.strides() == c10::IntArrayRef(w.strides) && t.storage_offset() == w.offset) continue;
     const at::Tensor values = t.clone();
@@ -645,9 +670,9 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
       } else if (!(fresh_in_return_order && (run_attention_in_batch_blocks(name, host, fresh_host) ||
                                              run_convolution_in_batch_blocks(name, host, fresh_host))) &&
                  !run_convolution_backward_in_batch_blocks(name, host, results_by_return(fresh_host, fresh_slots))) {
-        std::vector<WrittenGeometry> written = record_written_geometry(op.schema(), host);
+        std::vector<WrittenGeometry> written = record_written_geometry(op.schema(), host, name);
         op.callBoxed(host);
-        restore_written_geometry(written);
+        restore_written_geometry(written, host);
       }
       // Fresh results were computed into CPU temporaries: copy them over.
       // Returned aliases of arguments were written in place already.

@@ -212,3 +212,24 @@ def test_an_out_kernel_that_restrides_its_output_still_fills_it_with_the_cpus_va
     got = torch.ops.aten.replication_pad2d.out(x.to("vtpu"), [1, 2, 3, 1], out=out)
     assert got is out and out.is_contiguous()
     assert torch.equal(out.cpu(), want)
+
+
+@pytest.mark.parametrize("name", ["replication_pad2d", "reflection_pad2d", "replication_pad3d", "reflection_pad3d"])
+def test_a_pad_into_an_out_view_with_gaps_writes_only_the_view(name):
+    # The CPU's out= kernel restrides the view to dense and writes numel
+    # elements from its offset, over the gaps between the view's elements (a
+    # review found vtpu did the same after the restride repair above). vtpu
+    # writes a dense stand-in and copies it into the view: the view gets the
+    # CPU's values, every other element of its base keeps its own.
+    op = getattr(torch.ops.aten, name)
+    dims = 4 if name.endswith("2d") else 5
+    shape = (1, 2, 3, 4) if dims == 4 else (1, 2, 3, 4, 5)
+    x = torch.arange(float(torch.Size(shape).numel())).reshape(shape)
+    pads = [1, 2, 1, 1] if dims == 4 else [1, 1, 1, 1, 1, 1]
+    want = op(x, pads)
+    big = torch.full(want.shape[:-1] + (2 * want.shape[-1],), 9.0, device="vtpu")
+    out = big[..., ::2]
+    got = op.out(x.to("vtpu"), pads, out=out)
+    assert got is out
+    assert torch.equal(out.cpu(), want)
+    assert (big[..., 1::2].cpu() == 9.0).all()

@@ -19,6 +19,8 @@ measured side by side in one process.
                     fused with threshold_backward (float32; _bf16: bfloat16)
     half_ops        float16 relu, add with alpha, softmax and a row sum of
                     1024 x 1024 (float16 conversions in generated kernels)
+    bf16_rows       bfloat16 row sum, mean, 2-norm and softmax of 4096 x 1024
+                    (double lanes over 16-bit loads; a 16-bit softmax's exps)
 
 Each round runs every mode once (CPU, strict, fused, in turn), each vtpu run ending
 with torch.vtpu.synchronize(); after warm-up (three runs per mode, then the fused
@@ -104,10 +106,15 @@ def half_ops(device: str) -> Callable[[], object]:
     return lambda: (torch.relu(x), torch.add(x, y, alpha=0.5), torch.softmax(x, -1), x.sum(-1))
 
 
+def bf16_rows(device: str) -> Callable[[], object]:
+    x = torch.randn(4096, 1024).bfloat16().to(device)
+    return lambda: (x.sum(-1), x.mean(-1), x.norm(dim=-1), torch.softmax(x, -1))
+
+
 CASES = {"lstm_inference": lstm_inference, "gru_train": gru_train, "sigmoid_chain": sigmoid_chain,
          "softmax_dim0": softmax_dim0, "softmax_t": softmax_t,
          "relu_mean_bwd": relu_mean_backward(torch.float32), "relu_mean_bwd_bf16": relu_mean_backward(torch.bfloat16),
-         "half_ops": half_ops}
+         "half_ops": half_ops, "bf16_rows": bf16_rows}
 
 
 def timed(run: Callable[[], object], mode: str) -> float:

@@ -41,11 +41,23 @@ void put_double(std::string& key, double v) {
 // check overlap between arguments (an out= tensor over an input raises).
 using SeenStorages = std::vector<const void*>;
 
-void put_tensor(std::string& key, const at::Tensor& t, SeenStorages& seen) {
+// False for a tensor whose values, not only its metadata, may decide the
+// output's shape: an integer or bool tensor on another device than vtpu
+// (the CPU), which the meta kernel reads (x[cpu_mask] has as many rows as
+// the mask has true elements).
+// Keyed by metadata, an all-false mask got the rows of an earlier mask of the
+// same shape. Wrapped Python numbers (x * 2) are values in elementwise math.
+bool values_may_shape_the_result(const at::Tensor& t) {
+  return t.device().type() != c10::DeviceType::PrivateUse1 && t.device().type() != c10::DeviceType::Meta &&
+         (at::isIntegralType(t.scalar_type(), /*includeBool=*/true)) && !t.unsafeGetTensorImpl()->is_wrapped_number();
+}
+
+bool put_tensor(std::string& key, const at::Tensor& t, SeenStorages& seen) {
   if (!t.defined()) {
     key += 'u';
-    return;
+    return true;
   }
+  if (values_may_shape_the_result(t)) return false;
   key += 'T';
   key += static_cast<char>(t.scalar_type());
   key += static_cast<char>(t.device().type());
@@ -64,12 +76,13 @@ void put_tensor(std::string& key, const at::Tensor& t, SeenStorages& seen) {
     }
   put_int(key, shares_with);
   seen.push_back(storage);
+  return true;
 }
 
 // False for a value the key does not describe.
 bool put_value(std::string& key, const c10::IValue& v, SeenStorages& seen) {
   if (v.isTensor()) {
-    put_tensor(key, v.toTensor(), seen);
+    if (!put_tensor(key, v.toTensor(), seen)) return false;
   } else if (v.isNone()) {
     key += 'n';
   } else if (v.isBool()) {

@@ -12,7 +12,9 @@
 // outputs, the new geometry of out= and in-place arguments (a resized out=
 // tensor), the sizes, strides and offset of views.
 // Only successful meta calls are remembered: an argument error still raises
-// from the meta kernel the first time and every time after.
+// from the meta kernel the first time and every time after. Calls with an
+// integer or bool CPU tensor argument (an index mask, repeats) are not: the
+// meta kernel reads its values, which may decide the output's shape.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -27,7 +29,7 @@ namespace vtpu::bridge {
 
 // The cache key of a call of `op` with the arguments at stack[first...], or
 // nothing when an argument is of a kind the key does not describe (symbolic
-// sizes, Scalars, generators, objects).
+// sizes, Scalars, generators, objects, integer or bool CPU tensors).
 std::optional<std::string> meta_cache_key(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                                           std::size_t first);
 

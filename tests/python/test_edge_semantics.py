@@ -255,6 +255,28 @@ def test_addcmul_lerp_and_tanh_backward_round_once_as_atens_fused_multiply_adds(
         assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_sigmoid_backward_rounds_as_atens_kernel(mode, dtype):
+    # ATen's float16 sigmoid_backward computes in float16 arithmetic (1 - y
+    # and g * (1 - y) each rounded to float16); bfloat16 and float32 compute
+    # in float, rounding once. One rounding in float16 left ~30% of elements
+    # an ulp off the CPU's. Also fused with the muls producing its operands.
+    torch_vtpu.set_mode(mode)
+    gen = torch.Generator().manual_seed(0)
+    g = torch.randn(1003, generator=gen).to(dtype)
+    y = torch.rand(1003, generator=gen).to(dtype)
+    cases = [
+        lambda d: torch.ops.aten.sigmoid_backward(d(g), d(y)),
+        lambda d: torch.ops.aten.sigmoid_backward(d(g)[::2], d(y)[::2]),
+        lambda d: torch.ops.aten.sigmoid_backward(d(g) * 2, d(y) * 0.5),
+    ]
+    for i, case in enumerate(cases):
+        want = case(lambda t: t)
+        got = case(lambda t: t.to("vtpu")).cpu()
+        assert torch.equal(got, want), f"case {i}: {(got != want).sum().item()} of {want.numel()} elements differ"
+
+
 @pytest.mark.parametrize("mode", ["debug", "strict", "fused"])
 def test_an_integer_tensor_with_a_python_float_computes_in_float32_as_the_cpu(mode):
     # A Python number stays a wrapped number when the host-kernel path takes

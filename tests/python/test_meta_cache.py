@@ -100,3 +100,35 @@ def test_in_place_shape_errors_are_raised_after_successful_calls():
     got = want.to("vtpu")
     got.addmm_(m1, m2)
     torch.testing.assert_close(got.cpu(), want.addmm(m1.cpu(), m2.cpu()))
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_cpu_masks_decide_shapes_by_their_values(mode):
+    # An integer or bool CPU tensor argument is read by the meta kernel: its
+    # values, not only its shape, decide the result's shape. Remembered by
+    # metadata, x[all-false CPU mask] came back with the rows of an earlier
+    # mask of the same shape (and the asynchronous check raised later), which
+    # also broke index_put's gradient (found by the OpInfo sweep).
+    torch_vtpu.set_mode(mode)
+    try:
+        x = torch.randn(5, 5)
+        masks = [torch.tensor([True, True, False, True, False]), torch.zeros(5, dtype=torch.bool),
+                 torch.ones(5, dtype=torch.bool), torch.tensor([True, True, False, True, False])]
+        for mask in masks:
+            got = x.to("vtpu")[mask]
+            assert got.shape == x[mask].shape
+            assert torch.equal(got.cpu(), x[mask])
+        for mask in masks:
+            leaf = torch.randn(5, 5, requires_grad=True)
+            v = torch.randn(5, requires_grad=True)
+            cot = torch.randn(5, 5)
+            want = torch.autograd.grad([torch.index_put(leaf, (mask,), v, accumulate=True)], [leaf, v], [cot])
+            d_leaf, d_v = leaf.detach().to("vtpu").requires_grad_(), v.detach().to("vtpu").requires_grad_()
+            got = torch.autograd.grad([torch.index_put(d_leaf, (mask,), d_v, accumulate=True)], [d_leaf, d_v],
+                                      [cot.to("vtpu")])
+            for g, w in zip(got, want):  # v's gradient is a sum over the chosen rows: last bits
+                assert g.shape == w.shape
+                torch.testing.assert_close(g.cpu(), w, rtol=1e-6, atol=1e-6)
+        torch.vtpu.synchronize()
+    finally:
+        torch_vtpu.set_mode("strict")

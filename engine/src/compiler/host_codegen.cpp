@@ -714,7 +714,15 @@ class Emitter {
         // d/dx [x * Phi(x)] = Phi(x) + x * phi(x)
         return a + " * (" + T + "(0.5) * (" + T + "(1) + vtpu_erf(" + b + " * " + T + "(0.7071067811865476))) + " + b +
                " * " + T + "(0.3989422804014327) * vtpu_exp(" + T + "(-0.5) * " + b + " * " + b + "))";
-      case OpKind::SigmoidBackward: return a + " * (" + T + "(1) - " + b + ") * " + b;
+      case OpKind::SigmoidBackward:
+        // ATen's float16 kernel computes in float16 arithmetic: each of
+        // 1 - y and g * (1 - y) is rounded to float16 (bfloat16's computes
+        // in float, rounding once).
+        if (node.common_dtype == DType::kFloat16) {
+          auto half = [](const std::string& x) { return "vtpu_load(vtpu_store_t<vtpu_half>::of(" + x + "))"; };
+          return half(a + " * " + half(T + "(1) - " + b)) + " * " + b;
+        }
+        return a + " * (" + T + "(1) - " + b + ") * " + b;
       // ATen's CPU kernel rounds 1 - y * y once (a fused multiply-add, vector
       // body and scalar remainder alike, float32 and float64).
       case OpKind::TanhBackward:

@@ -191,7 +191,12 @@ Num float_op(const Node& n, const std::vector<double>& v) {
       const double s = sigmoid(y);
       return F(x * s * (1.0 + y * (1.0 - s)));
     }
-    case OpKind::SigmoidBackward: return F(x * (1.0 - y) * y);
+    case OpKind::SigmoidBackward:
+      if (n.common_dtype == DType::kFloat16) {  // float16 arithmetic, as in host_codegen.cpp
+        const double one_minus = round_to_16_bits(DType::kFloat16, static_cast<float>(1.0 - y));
+        return F(round_to_16_bits(DType::kFloat16, static_cast<float>(x * one_minus)) * y);
+      }
+      return F(x * (1.0 - y) * y);
     case OpKind::TanhBackward: return F(x * fused(-y, y, 1.0));
     case OpKind::Where: return F(v[0] != 0 ? v[1] : v[2]);
     case OpKind::Clamp: {

@@ -536,6 +536,15 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
     else if (arg.isScalar()) operands.push_back(wrapped_number(arg.toScalar()));
     else return false;
   }
+  // lerp of 16-bit tensors with a 0-dim CPU tensor weight: ATen's kernel
+  // reads the weight as a tensor operand, converted to the 16-bit type first
+  // (a Python number weight stays unrounded). The kernel reads a host
+  // scalar as a Python number, so it gets the rounded value as one.
+  if (lowering.op == OpKind::Lerp && operands.size() == 3 && operands[2].device().is_cpu() &&
+      operands[2].dim() == 0 && !operands[2].unsafeGetTensorImpl()->is_wrapped_number() &&
+      operands[2].is_floating_point() &&
+      (operands[0].scalar_type() == at::kBFloat16 || operands[0].scalar_type() == at::kHalf))
+    operands[2] = wrapped_number(c10::Scalar(operands[2].to(operands[0].scalar_type()).item().toDouble()));
   if (lowering.accepts && !lowering.accepts(operands)) return false;
   // TensorIterator's layout for a fresh result of `sizes` (iterator_layout.h).
   auto fresh_strides = [&](c10::IntArrayRef sizes) { return iterator_output_strides(operands, sizes); };

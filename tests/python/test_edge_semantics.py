@@ -277,6 +277,21 @@ def test_sigmoid_backward_rounds_as_atens_kernel(mode, dtype):
         assert torch.equal(got, want), f"case {i}: {(got != want).sum().item()} of {want.numel()} elements differ"
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_lerp_rounds_a_zero_dim_cpu_tensor_weight_as_atens_kernel(mode, dtype):
+    # A 0-dim CPU tensor weight is a tensor operand of ATen's lerp, converted
+    # to a 16-bit self's type first; a Python number weight is not. The
+    # device read both as a number: 25-55% of 16-bit elements differed.
+    torch_vtpu.set_mode(mode)
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(1003, generator=gen).to(dtype) for _ in range(2))
+    for w in (torch.tensor(0.3), torch.tensor(0.7), torch.tensor(0.3, dtype=torch.float64), 0.3, 0.7):
+        want = torch.lerp(a, b, w)
+        assert torch.equal(torch.lerp(a.to("vtpu"), b.to("vtpu"), w).cpu(), want), w
+        assert torch.equal(a.to("vtpu").lerp_(b.to("vtpu"), w).cpu(), want), w
+
+
 @pytest.mark.parametrize("mode", ["debug", "strict", "fused"])
 def test_an_integer_tensor_with_a_python_float_computes_in_float32_as_the_cpu(mode):
     # A Python number stays a wrapped number when the host-kernel path takes

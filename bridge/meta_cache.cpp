@@ -62,7 +62,10 @@ bool put_tensor(std::string& key, const at::Tensor& t, SeenStorages& seen) {
   key += static_cast<char>(t.scalar_type());
   key += static_cast<char>(t.device().type());
   key += static_cast<char>(t.layout());
-  key += static_cast<char>((t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0));
+  // A wrapped Python number promotes as a number, a 0-dim tensor as a
+  // tensor: int64 // 1.0 is float32, int64 // tensor(1.0, float64) float64.
+  key += static_cast<char>((t.is_conj() ? 1 : 0) | (t.is_neg() ? 2 : 0) |
+                           (t.unsafeGetTensorImpl()->is_wrapped_number() ? 4 : 0));
   put_int(key, t.dim());
   for (std::int64_t s : t.sizes()) put_int(key, s);
   for (std::int64_t s : t.strides()) put_int(key, s);

@@ -132,3 +132,22 @@ def test_cpu_masks_decide_shapes_by_their_values(mode):
         torch.vtpu.synchronize()
     finally:
         torch_vtpu.set_mode("strict")
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_a_python_number_and_a_zero_dim_tensor_promote_apart(mode):
+    # A wrapped Python number promotes as a number (int64 // 1.0 is float32),
+    # a 0-dim float64 tensor as a tensor (float64). Keyed alike, whichever
+    # call came first decided the other's dtype (found by review: floor
+    # division, which takes the host-kernel path).
+    torch_vtpu.set_mode(mode)
+    try:
+        x = torch.tensor([16777217, 3], dtype=torch.int64)
+        for divisor in (1.0, torch.tensor(1.0, dtype=torch.float64), 2.0, torch.tensor(2.0, dtype=torch.float64)):
+            for fn in (lambda a, b: a // b, lambda a, b: torch.floor_divide(b, a) if isinstance(b, float) else b // a):
+                want = fn(x, divisor)
+                got = fn(x.to("vtpu"), divisor)
+                assert got.dtype == want.dtype, (divisor, got.dtype, want.dtype)
+                assert torch.equal(got.cpu(), want)
+    finally:
+        torch_vtpu.set_mode("strict")

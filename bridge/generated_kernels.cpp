@@ -462,6 +462,24 @@ bool broadcasts_into(const at::Tensor& t, c10::IntArrayRef out_sizes) {
   return true;
 }
 
+// On a memo hit (the key holds ranks and unit dims, not sizes): the device
+// inputs broadcast into the output's shape and together make all of it. An
+// out= larger than their broadcast (1 -> 4 rows) is ATen's to resize; the
+// miss path refuses it, and a hit wrote the broadcast into every row, the
+// out keeping its wrong shape (found by review).
+bool inputs_make_out_shape(c10::ArrayRef<at::Tensor> inputs, c10::IntArrayRef out_sizes) {
+  std::vector<std::int64_t> shape;  // the inputs' broadcast, right-aligned
+  for (const at::Tensor& t : inputs) {
+    if (t.device().type() != kVtpu) continue;
+    if (!broadcasts_into(t, out_sizes)) return false;
+    if (static_cast<std::size_t>(t.dim()) > shape.size()) shape.insert(shape.begin(), t.dim() - shape.size(), 1);
+    const std::size_t pad = shape.size() - static_cast<std::size_t>(t.dim());
+    for (std::int64_t d = 0; d < t.dim(); ++d)
+      if (t.size(d) != 1) shape[pad + static_cast<std::size_t>(d)] = t.size(d);
+  }
+  return c10::IntArrayRef(shape) == out_sizes;
+}
+
 std::mutex g_launch_memo_mutex;
 std::unordered_map<std::string, compiler::VtpuKernelFn>& launch_memo() {
   static auto* memo = new std::unordered_map<std::string, compiler::VtpuKernelFn>();
@@ -527,10 +545,7 @@ bool launch_generated(ir::OpKind op, const at::Tensor& out, c10::ArrayRef<at::Te
     std::lock_guard<std::mutex> lock(g_launch_memo_mutex);
     if (auto it = launch_memo().find(memo_key); it != launch_memo().end()) memo_fn = it->second;
   }
-  if (memo_fn != nullptr && !flat) {
-    for (const at::Tensor& t : inputs)
-      if (t.device().type() == kVtpu && !broadcasts_into(t, out.sizes())) memo_fn = nullptr;
-  }
+  if (memo_fn != nullptr && !flat && !inputs_make_out_shape(inputs, out.sizes())) memo_fn = nullptr;
   if (memo_fn != nullptr) {
     // The launch scalars as launch_scalars() orders them for this graph:
     // the Constants in operand order, then the op's run-time attribute.

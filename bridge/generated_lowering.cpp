@@ -525,6 +525,13 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
   if (lowering_of_op.table == nullptr) return false;
   const Lowering& lowering = *lowering_of_op.table;
   const Args args(stack->data() + (stack->size() - num_args), num_args);
+  // A bool alpha of add/sub is ATen's error unless the result is bool
+  // ("Boolean alpha only supported for Boolean results"); the kernel would
+  // take it as 1 (found by review).
+  if ((lowering.op == OpKind::Add || lowering.op == OpKind::Sub) && num_args > 2 && args[2].isScalar() &&
+      args[2].toScalar().isBoolean() &&
+      !(args[num_args - 1].isTensor() && args[num_args - 1].toTensor().scalar_type() == at::kBool))
+    return false;
   std::vector<at::Tensor> operands;
   for (int position : lowering.operands) {
     if (position == -1) {  // the constant -inf (isneginf)

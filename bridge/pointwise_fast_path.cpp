@@ -98,7 +98,8 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
 #define VTPU_BINARY_ALPHA(op, IR_OP)                                                                \
   at::Tensor op##_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) { \
     at::Tensor out;                                                                            \
-    if (simple_binary(self, other)) {                                                          \
+    /* a bool alpha: the meta raises ATen's error for a float result */                       \
+    if (simple_binary(self, other) && !alpha.isBoolean()) {                                    \
       out = empty_device(self.sizes(), self.scalar_type());                                    \
     } else {                                                                                   \
       DeviceStructured<at::meta::structured_##op##_Tensor> s;                                  \
@@ -116,7 +117,7 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
     return out;                                                                                \
   }                                                                                            \
   at::Tensor& op##_tensor_(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) { \
-    if (!simple_in_place(self, other)) {                                                       \
+    if (!simple_in_place(self, other) || alpha.isBoolean()) {                                  \
       DeviceStructured<at::meta::structured_##op##_Tensor> s;                                  \
       s.out = self;                                                                            \
       s.in_place = true;                                                                       \

@@ -17,6 +17,7 @@
 
 #include "vtpu/cache/disk_tier.h"
 #include "vtpu/cache/memory_tier.h"
+#include "vtpu/compiler/host_codegen.h"
 #include "vtpu/compiler/system_compiler.h"
 #include "vtpu/ir/graph.h"
 #include "vtpu/runtime/error.h"
@@ -109,6 +110,42 @@ TEST(KernelProviderTest, CompilesOnceThenServesFromMemoryAndDisk) {
   EXPECT_EQ(second.cache_stats().hits_in("disk"), 1u);
   run_add(again, out, a, b);
   for (float v : out) EXPECT_EQ(v, 3.5f);
+}
+
+// x + 3.0, optionally after a dead x * 2.0 (a fused window's dropped
+// temporary): the graph as the fused window builds it.
+ir::Graph add_three_after(bool dead_multiply) {
+  ir::Graph g;
+  const ir::ValueId x = g.add_input(ir::TensorType::contiguous(ir::DType::kFloat32, {4}));
+  if (dead_multiply) g.add_node(ir::OpKind::Mul, {x, g.add_node(ir::OpKind::Constant, {}, {{"value", 2.0}})});
+  g.mark_output(g.add_node(ir::OpKind::Add, {x, g.add_node(ir::OpKind::Constant, {}, {{"value", 3.0}})}));
+  return g;
+}
+
+TEST(KernelProviderTest, GraphsDifferingInDeadNodesGetTheirOwnKernels) {
+  // The launch scalars are numbered over every node, dead ones included, so
+  // the kernel of the graph without the dead multiply read 2.0 as its
+  // constant when served for the graph with it (found by review: x + 6.0).
+  for (bool dead_first : {false, true}) {
+    TempDir dir;  // a fresh provider per order
+    KernelProvider provider(local_cache(dir.path()));
+    for (bool dead : {dead_first, !dead_first}) {
+      const ir::Graph g = add_three_after(dead);
+      VtpuKernelFn fn = provider.get(g);
+      const std::vector<double> scalars = launch_scalars(g);
+      std::vector<float> x = {1, 2, 3, 4}, out(4, 0.0f);
+      VtpuTensorArg args[2] = {};
+      float* data[2] = {out.data(), x.data()};
+      for (int t = 0; t < 2; ++t) {
+        args[t].data = data[t];
+        args[t].sizes[0] = 4;
+        args[t].strides[0] = 1;
+      }
+      VtpuLaunchArgs launch{kLaunchAbiVersion, 1, 2, args, scalars.data(), nullptr, nullptr, nullptr};
+      fn(&launch);
+      EXPECT_EQ(out, (std::vector<float>{4, 5, 6, 7})) << "dead multiply: " << dead;
+    }
+  }
 }
 
 TEST(KernelProviderTest, KeysSeparateDtypesAndRanks) {

@@ -665,3 +665,31 @@ def test_the_lane_kernel_is_generated_only_for_two_library_calls(tmp_path):
     single_call = [s for s in sources if "std::sin" in s and "std::cos" not in s]
     assert single_call and all("element_lanes" not in s for s in single_call), \
         "a kernel with one library call keeps the element loop"
+
+
+@pytest.mark.parametrize("dead_first", [False, True], ids=["live_first", "dead_first"])
+def test_windows_differing_in_a_dead_op_get_their_own_kernels(dead_first, tmp_path, monkeypatch):
+    # A dropped temporary leaves a dead op in the window's graph; the kernel
+    # numbers its launch scalars over every op. Keyed without dead code, the
+    # kernel of `x + 3.0` alone served `x * 2.0 (dropped); x + 3.0` (it read
+    # 2.0 as its constant: x + 6.0), or the other way round (past the end of
+    # the scalars: inf). Found by a review of cache keys. A fresh cache and a
+    # fresh process: the kernels' order of first compile is the point.
+    script = tmp_path / "dead.py"
+    script.write_text(
+        "import torch, torch_vtpu\n"
+        "torch_vtpu.set_mode('fused')\n"
+        "x = torch.linspace(-2, 2, 4096).to('vtpu')\n"
+        f"order = {[True, False] if dead_first else [False, True]}\n"
+        "for dead in order * 2:\n"
+        "    if dead:\n"
+        "        x * 2.0\n"
+        "    y = x + 3.0\n"
+        "    z = y * 4.0\n"
+        "    torch_vtpu.flush(); torch_vtpu._C._wait_for_fusion_compiles()\n"
+        "    assert torch.equal(z.cpu(), (x.cpu() + 3.0) * 4.0), (dead, z.cpu()[:3])\n"
+        "print('ok')\n")
+    import subprocess
+    env = dict(__import__("os").environ, VTPU_CACHE_DIR=str(tmp_path / "cache"), VTPU_AOT_KERNELS="0")
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]

@@ -231,3 +231,46 @@ def test_in_place_views_still_restride(mode):
         x = torch.arange(6.0, device=device).reshape(2, 3)
         x.t_().unsqueeze_(1).squeeze_(1).transpose_(0, 1)
         assert x.shape == (2, 3) and x.cpu().tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_an_out_larger_than_the_broadcast_is_resized_after_a_memoised_launch(mode):
+    # The launch memo's key holds ranks and unit dims, not sizes: after a
+    # functional add had memoised the kernel, an out= of 4 rows for a 1-row
+    # broadcast took the memo and kept its 4 rows (the broadcast written into
+    # each); ATen resizes it to 1 row, with a warning. Found by review.
+    torch_vtpu.set_mode(mode)
+    try:
+        a = torch.arange(6.).reshape(1, 6)[:, ::2]
+        b = torch.tensor([[10., 20., 30.]])
+        av, bv = torch.arange(6.).reshape(1, 6).to("vtpu")[:, ::2], b.to("vtpu")  # a strided view
+        av + bv
+        want = torch.empty(4, 3)
+        got = torch.empty(4, 3, device="vtpu")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.add(a, b, out=want)
+            torch.add(av, bv, out=got)
+        assert got.shape == want.shape == (1, 3)
+        assert torch.equal(got.cpu(), want)
+    finally:
+        torch_vtpu.set_mode("strict")
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_a_bool_alpha_is_refused_for_a_float_result_as_on_the_cpu(mode):
+    torch_vtpu.set_mode(mode)
+    try:
+        x = torch.randn(5, 3)
+        for fn in (lambda a, b: torch.add(a, b, alpha=True), lambda a, b: torch.sub(a, b, alpha=True),
+                   lambda a, b: a.clone().add_(b, alpha=True)):
+            with pytest.raises(RuntimeError, match="Boolean alpha only supported"):
+                fn(x, x)
+            with pytest.raises(RuntimeError, match="Boolean alpha only supported"):
+                fn(x.to("vtpu"), x.to("vtpu"))
+                torch.vtpu.synchronize()
+        flags = torch.tensor([True, False, True])
+        assert torch.equal(torch.add(flags.to("vtpu"), flags.to("vtpu"), alpha=True).cpu(),
+                           torch.add(flags, flags, alpha=True))
+    finally:
+        torch_vtpu.set_mode("strict")

@@ -79,7 +79,13 @@ std::string KernelProvider::source_for(const ir::Graph& graph, const std::string
 
 std::string KernelProvider::symbol_for(const ir::Graph& graph) {
   // Named after the graph's shape-generic hash: stable, and unique per kernel.
-  return "vtpu_kernel_" + ir::hash(graph, ir::ShapeMode::kGeneric, ir::ScalarMode::kParameters).hex();
+  // Dead nodes count: the source is generated from the graph as it is, and
+  // its launch scalars are numbered over every node. With dead code dropped
+  // from the hash, a fused window with a dropped temporary (x * 2.0 unused,
+  // then x + 3.0) was served the kernel of the same graph without it, which
+  // read the scalars one position off (x + 6.0), or past their end.
+  return "vtpu_kernel_" +
+         ir::hash(graph, ir::ShapeMode::kGeneric, ir::ScalarMode::kParameters, ir::DeadNodes::kKept).hex();
 }
 
 cache::Key KernelProvider::key_for_source(const std::string& source) {

@@ -102,9 +102,9 @@ LayoutClass layout_class(const TensorType& t) {
   return {LayoutKind::kStrided, 0};
 }
 
-CanonicalGraph canonicalize(const Graph& g) {
+CanonicalGraph canonicalize(const Graph& g, bool keep_dead) {
   const std::int32_t n = g.size();
-  std::vector<bool> live(static_cast<std::size_t>(n), false);
+  std::vector<bool> live(static_cast<std::size_t>(n), keep_dead);
   for (ValueId o : g.outputs()) live[static_cast<std::size_t>(o)] = true;
   // Ids are topological, so one reverse sweep finds everything outputs use.
   for (std::int32_t i = n; i-- > 0;) {
@@ -128,8 +128,8 @@ CanonicalGraph canonicalize(const Graph& g) {
   return c;
 }
 
-Hash128 hash(const Graph& graph, ShapeMode mode, ScalarMode scalars) {
-  const Graph g = canonicalize(graph).graph;
+Hash128 hash(const Graph& graph, ShapeMode mode, ScalarMode scalars, DeadNodes dead) {
+  const Graph g = canonicalize(graph, dead == DeadNodes::kKept).graph;
   const bool generic = mode == ShapeMode::kGeneric;
   Hasher h;
   h.add(kCanonicalVersion);

@@ -48,12 +48,17 @@ struct CanonicalGraph {
   std::vector<ValueId> old_to_new;  // per original node; -1 for a dropped one
 };
 
-CanonicalGraph canonicalize(const Graph& graph);
+// Dead nodes are dropped unless `keep_dead` (then only renumbered).
+CanonicalGraph canonicalize(const Graph& graph, bool keep_dead = false);
 
 // Hash of the canonical form. Bumped kCanonicalVersion changes every key, for
 // when the encoding or an op's meaning changes.
 inline constexpr std::uint64_t kCanonicalVersion = 1;
+// DeadNodes::kKept hashes dead nodes too: the key of code generated from the
+// graph as it is, whose launch scalars are numbered over every node, dead
+// Constants included (a fused window's dropped temporary leaves dead nodes).
+enum class DeadNodes : std::uint8_t { kDropped, kKept };
 Hash128 hash(const Graph& graph, ShapeMode mode,
-             ScalarMode scalars = ScalarMode::kValues);
+             ScalarMode scalars = ScalarMode::kValues, DeadNodes dead = DeadNodes::kDropped);
 
 }  // namespace vtpu::ir

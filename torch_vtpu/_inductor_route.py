@@ -4,10 +4,11 @@ Inductor generates code for the devices it has a scheduler for (CPU, CUDA, XPU,
 MPS, ...). Given a graph over vtpu tensors it failed deep in its lowering with
 ``InductorError: KeyError: 'vtpu'``, so ordinary model code that calls
 ``torch.compile(model)`` (or a library doing so for the user, such as
-transformers' ``generate`` with a compile config) could not run on vtpu. The
-design's answer to full-graph compilation is vtpu's own compiler, so a graph
-whose inputs include a vtpu tensor is handed to the vtpu backend instead, as if
-``backend="vtpu"`` had been given; every other graph is Inductor's, untouched.
+transformers' flex attention or ``generate`` with a compile config) could not
+run on vtpu. The design's answer to full-graph compilation is vtpu's own
+compiler, so a graph over vtpu tensors (inputs, or tensors the graph makes)
+is handed to the vtpu backend instead, as if ``backend="vtpu"`` had been
+given; every other graph is Inductor's, untouched.
 
 Only torch.compile's own entry points are routed: they call Inductor's
 ``compile_fx(graph, inputs)`` with at most the settings of ``mode``/``options``
@@ -29,12 +30,34 @@ _log = logging.getLogger(__name__)
 _warned_settings = False
 
 
-def _has_vtpu_tensor(example_inputs: Any) -> bool:
+def _is_vtpu(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.device.type == "vtpu"
+    if isinstance(value, torch.device):
+        return value.type == "vtpu"
+    if isinstance(value, str):
+        return value == "vtpu" or value.startswith("vtpu:")
+    if isinstance(value, (tuple, list)):
+        return any(_is_vtpu(v) for v in value)
+    if isinstance(value, dict):
+        return any(_is_vtpu(v) for v in value.values())
+    return False
+
+
+def _touches_vtpu(model_: Any, example_inputs: Any) -> bool:
+    """A vtpu tensor among the inputs, or made or produced inside the graph
+    (``create_block_mask(..., device="vtpu")`` compiled takes no tensor at all):
+    Dynamo records every node's fake value in its meta."""
     try:
-        items = list(example_inputs)
+        if any(_is_vtpu(t) for t in example_inputs):
+            return True
     except TypeError:
         return False
-    return any(isinstance(t, torch.Tensor) and t.device.type == "vtpu" for t in items)
+    graph = getattr(model_, "graph", None)
+    for node in getattr(graph, "nodes", ()):
+        if _is_vtpu(node.meta.get("example_value", node.meta.get("val"))) or _is_vtpu(node.kwargs.get("device")):
+            return True
+    return False
 
 
 def _warn_unused_settings(config_patches: Any) -> None:
@@ -54,7 +77,7 @@ def _warn_unused_settings(config_patches: Any) -> None:
 def _routed(original: Callable) -> Callable:
     @functools.wraps(original)
     def compile_fx(model_: Any, example_inputs_: Any, *args: Any, **kwargs: Any) -> Any:
-        if args or not _ROUTABLE_KEYWORDS.issuperset(kwargs) or not _has_vtpu_tensor(example_inputs_):
+        if args or not _ROUTABLE_KEYWORDS.issuperset(kwargs) or not _touches_vtpu(model_, example_inputs_):
             return original(model_, example_inputs_, *args, **kwargs)
         _warn_unused_settings(kwargs.get("config_patches"))
         _log.info("torch.compile: a graph over vtpu tensors goes to the vtpu backend, not Inductor")

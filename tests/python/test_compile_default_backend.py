@@ -78,6 +78,17 @@ def test_inductor_settings_are_said_to_have_no_effect_once():
         torch.compile(model, mode="max-autotune-no-cudagraphs")(x)
 
 
+def test_a_graph_that_makes_vtpu_tensors_is_routed_without_vtpu_inputs():
+    # flex attention's compiled create_block_mask(..., device="vtpu") takes no tensor
+    def make(n):
+        i = torch.arange(n, device="vtpu")
+        return (i[:, None] >= i[None, :]).sum(-1) * 2
+
+    actual = torch.compile(make)(64)
+    assert actual.device.type == "vtpu"
+    assert torch.equal(actual.cpu(), make(64).cpu())
+
+
 def test_only_torch_compiles_calls_over_vtpu_tensors_are_routed():
     calls = []
 

@@ -72,6 +72,28 @@ def test_generate_greedy_matches_cpu(saved_model):
     assert torch.equal(actual.cpu(), expected)
 
 
+def test_flex_attention_implementation_matches_cpu_sdpa(saved_model):
+    # attn_implementation="flex_attention": transformers compiles flex attention and
+    # its block mask with torch.compile's default backend; on vtpu both raised before
+    # (torch's device check, then Inductor's KeyError: 'vtpu').
+    import warnings
+
+    cpu_model, path = saved_model
+    model = transformers.Qwen3ForCausalLM.from_pretrained(path, device_map="vtpu",
+                                                          attn_implementation="flex_attention").eval()
+    assert model.config._attn_implementation == "flex_attention"
+    ids = _prompt()
+    kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        with torch.no_grad():
+            actual_logits = model(ids.to("vtpu")).logits
+            expected_logits = cpu_model(ids).logits
+        torch.testing.assert_close(actual_logits.cpu(), expected_logits)
+        actual = model.generate(ids.to("vtpu"), **kwargs)
+    assert torch.equal(actual.cpu(), cpu_model.generate(ids, **kwargs))
+
+
 def test_generate_left_padded_batch_matches_cpu(saved_model):
     """Padding exercises the attention-mask path (masked_fill, where, cumsum) on the device."""
     cpu_model, path = saved_model

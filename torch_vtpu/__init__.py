@@ -113,7 +113,7 @@ def _shutdown() -> None:
 _register_device()
 _set_library_paths()
 _multiprocessing.install()
-from . import _fake_layout, _flex_attention, _inductor_route, _rng_hops, _safetensors_compat, _transformers_compat  # noqa: E402
+from . import _accelerate_compat, _fake_layout, _flex_attention, _inductor_route, _rng_hops, _safetensors_compat, _transformers_compat  # noqa: E402
 
 _transformers_compat.install()
 _safetensors_compat.install()
@@ -121,6 +121,7 @@ _fake_layout.install()
 _rng_hops.install()
 _inductor_route.install()
 _flex_attention.install()
+_accelerate_compat.install()
 
 from . import distributed  # noqa: E402
 

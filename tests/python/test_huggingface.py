@@ -202,6 +202,49 @@ print("patched")
     assert out.returncode == 0 and "patched" in out.stdout, out.stderr[-2000:]
 
 
+@pytest.mark.parametrize("device_map", ["auto", "balanced", "sequential"])
+def test_inferred_device_maps_place_the_model_on_vtpu(saved_model, device_map):
+    # accelerate knows no vtpu: "auto" put the whole model on the CPU, silently
+    cpu_model, path = saved_model
+    model = transformers.Qwen3ForCausalLM.from_pretrained(path, device_map=device_map).eval()
+    assert {p.device for p in model.parameters()} == {torch.device("vtpu", 0)}
+    ids = _prompt()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids.to("vtpu")).logits.cpu(), cpu_model(ids).logits)
+
+
+def test_a_memory_budget_the_caller_gives_is_kept(saved_model):
+    from accelerate.utils import get_max_memory
+
+    planned = get_max_memory()
+    assert set(planned) == {0}, planned  # host RAM counted once, as the device's
+    assert 0 < planned[0] <= torch.vtpu.mem_get_info(0)[0] + (1 << 20)
+    assert get_max_memory({"cpu": "1GiB"}) == {"cpu": 1 << 30}
+    _, path = saved_model
+    model = transformers.Qwen3ForCausalLM.from_pretrained(path, device_map="auto", max_memory={"cpu": "1GiB"})
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+
+
+@pytest.mark.parametrize("first", ["accelerate", "transformers", "torch_vtpu"])
+def test_device_memory_patch_applies_in_any_import_order(first):
+    import subprocess
+    import sys
+    imports = {"accelerate": "import accelerate.utils",
+               "transformers": "import transformers.integrations.accelerate",
+               "torch_vtpu": "import torch_vtpu"}
+    order = [first] + [name for name in imports if name != first]
+    program = "\n".join(["import torch"] + [imports[name] for name in order] + [
+        "import accelerate.utils, accelerate.utils.modeling as m, transformers.integrations.accelerate as t",
+        "for f in (m.get_max_memory, accelerate.utils.get_max_memory, t.accelerate_max_memory):",
+        "    assert getattr(f, '_vtpu_device_memory', False), f",
+        "assert set(t.get_max_memory()) == {0}",
+        "print('patched')",
+    ])
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "patched" in out.stdout, out.stderr[-2000:]
+
+
 def test_safetensors_loads_onto_vtpu_by_name(tmp_path):
     # safetensors parses its device argument itself and refused "vtpu"
     # ("device vtpu is invalid"), which also broke accelerate's checkpoint

@@ -225,6 +225,52 @@ def test_a_memory_budget_the_caller_gives_is_kept(saved_model):
     assert {p.device.type for p in model.parameters()} == {"cpu"}
 
 
+class _TokenDataset(torch.utils.data.Dataset):
+    def __len__(self):
+        return 32
+
+    def __getitem__(self, i):
+        ids = torch.randint(0, 128, (16,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids}
+
+
+def _train_with_trainer(tmp_path, **overrides):
+    torch.manual_seed(0)
+    model = transformers.Qwen3ForCausalLM(_config(False))
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=4, logging_steps=1, report_to=[],
+        save_strategy="no", learning_rate=1e-3, seed=0, dataloader_num_workers=0, disable_tqdm=True, **overrides)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=_TokenDataset())
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return args.device, {p.device for p in model.parameters()}, torch.tensor(losses)
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["float32", "bf16"])
+def test_trainer_trains_on_vtpu_by_default(tmp_path, bf16):
+    # transformers and accelerate chose from their own device lists: the Trainer ran on the CPU
+    device, parameter_devices, losses = _train_with_trainer(tmp_path / "vtpu", bf16=bf16)
+    assert device == torch.device("vtpu", 0) and parameter_devices == {device}
+    cpu_device, cpu_parameter_devices, cpu_losses = _train_with_trainer(tmp_path / "cpu", bf16=bf16, use_cpu=True)
+    assert cpu_device.type == "cpu" and cpu_parameter_devices == {torch.device("cpu")}
+    assert len(losses) == 4
+    # bf16 runs under autocast, whose bfloat16 products round differently per device
+    torch.testing.assert_close(losses, cpu_losses, rtol=1e-3 if bf16 else 1e-5, atol=0)
+
+
+def test_accelerator_defaults_to_vtpu_unless_told_cpu():
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    try:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        assert Accelerator().device == torch.device("vtpu", 0)
+        AcceleratorState._reset_state(reset_partial_state=True)
+        assert Accelerator(cpu=True).device == torch.device("cpu")
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+
+
 @pytest.mark.parametrize("first", ["accelerate", "transformers", "torch_vtpu"])
 def test_device_memory_patch_applies_in_any_import_order(first):
     import subprocess
@@ -235,7 +281,9 @@ def test_device_memory_patch_applies_in_any_import_order(first):
     order = [first] + [name for name in imports if name != first]
     program = "\n".join(["import torch"] + [imports[name] for name in order] + [
         "import accelerate.utils, accelerate.utils.modeling as m, transformers.integrations.accelerate as t",
-        "for f in (m.get_max_memory, accelerate.utils.get_max_memory, t.accelerate_max_memory):",
+        "import accelerate.state, transformers.training_args as a",
+        "for f in (m.get_max_memory, accelerate.utils.get_max_memory, t.accelerate_max_memory,",
+        "          accelerate.state.PartialState.default_device.fget, a.TrainingArguments._setup_devices.func):",
         "    assert getattr(f, '_vtpu_device_memory', False), f",
         "assert set(t.get_max_memory()) == {0}",
         "print('patched')",

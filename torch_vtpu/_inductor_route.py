@@ -14,7 +14,8 @@ Only torch.compile's own entry points are routed: they call Inductor's
 ``compile_fx(graph, inputs)`` with at most the settings of ``mode``/``options``
 and a region name. Inductor's ahead-of-time paths (AOTInductor, standalone
 compile) pass an inner compiler or other arguments and expect Inductor's
-artifacts back; they are left to Inductor.
+artifacts back: over vtpu tensors they raise NotImplementedError naming what
+works, where Inductor failed with a KeyError.
 """
 from __future__ import annotations
 
@@ -77,8 +78,14 @@ def _warn_unused_settings(config_patches: Any) -> None:
 def _routed(original: Callable) -> Callable:
     @functools.wraps(original)
     def compile_fx(model_: Any, example_inputs_: Any, *args: Any, **kwargs: Any) -> Any:
-        if args or not _ROUTABLE_KEYWORDS.issuperset(kwargs) or not _touches_vtpu(model_, example_inputs_):
+        if not _touches_vtpu(model_, example_inputs_):
             return original(model_, example_inputs_, *args, **kwargs)
+        if args or not _ROUTABLE_KEYWORDS.issuperset(kwargs):
+            # Inductor would fail in its lowering with KeyError: 'vtpu'
+            raise NotImplementedError(
+                "Inductor has no code generator for vtpu: ahead-of-time compilation (AOTInductor, "
+                "standalone compile) of a graph over vtpu tensors is not supported. Compile for vtpu with "
+                "torch.compile(model) or torch.compile(model, backend=\"vtpu\"), or export the model on the CPU.")
         _warn_unused_settings(kwargs.get("config_patches"))
         _log.info("torch.compile: a graph over vtpu tensors goes to the vtpu backend, not Inductor")
         from .compiler import vtpu_backend

@@ -78,6 +78,13 @@ def test_inductor_settings_are_said_to_have_no_effect_once():
         torch.compile(model, mode="max-autotune-no-cudagraphs")(x)
 
 
+def test_aot_inductor_refuses_vtpu_graphs_clearly():
+    model = nn.Linear(8, 8).to("vtpu")
+    exported = torch.export.export(model, (torch.randn(2, 8, device="vtpu"),))
+    with pytest.raises(NotImplementedError, match="backend=.vtpu"):
+        torch._inductor.aoti_compile_and_package(exported)
+
+
 def test_a_graph_that_makes_vtpu_tensors_is_routed_without_vtpu_inputs():
     # flex attention's compiled create_block_mask(..., device="vtpu") takes no tensor
     def make(n):
@@ -101,13 +108,16 @@ def test_only_torch_compiles_calls_over_vtpu_tensors_are_routed():
     cpu, dev = [torch.randn(8)], [torch.randn(8, device="vtpu")]
     assert routed(gm, cpu) == "inductor"
     assert routed(gm, cpu, config_patches={}) == "inductor"
-    # Inductor's ahead-of-time paths pass an inner compiler or other arguments
-    assert routed(gm, dev, inner_compile=None, config_patches={}) == "inductor"
-    assert routed(gm, dev, ignore_shape_env=True) == "inductor"
-    assert routed(gm, dev, None) == "inductor"
-    assert len(calls) == 5
+    # Inductor's ahead-of-time paths pass an inner compiler or other arguments:
+    # over vtpu tensors they are refused clearly (Inductor raised KeyError: 'vtpu')
+    for args, kwargs in (((), dict(inner_compile=None, config_patches={})), ((), dict(ignore_shape_env=True)),
+                         ((None,), {})):
+        with pytest.raises(NotImplementedError, match="AOTInductor"):
+            routed(gm, dev, *args, **kwargs)
+    assert routed(gm, cpu, inner_compile=None) == "inductor"
+    assert len(calls) == 3
     compiled = routed(gm, dev, config_patches={}, compile_region_name=None)
-    assert len(calls) == 5, "a torch.compile call over vtpu tensors reached Inductor"
+    assert len(calls) == 3, "a torch.compile call over vtpu tensors reached Inductor"
     out = compiled(*dev)
     out = out[0] if isinstance(out, (tuple, list)) else out
     assert out.device.type == "vtpu"

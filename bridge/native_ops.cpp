@@ -283,6 +283,10 @@ KernelOperand KernelOperand::capture(const at::Tensor& t) {
   KernelOperand operand;
   if (t.device().type() != kVtpu) {
     operand.host_copy_ = t.clone();  // the caller may change it after we return
+    // A Python number ATen wrapped must stay one: type promotion counts it as
+    // a number, where a 0-dim double made `int_tensor * 0.3` compute in double
+    // and `int_tensor * 0.7j` in complex128 (both then rounded: not the CPU's bits).
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) operand.host_copy_.unsafeGetTensorImpl()->set_wrapped_number(true);
     return operand;
   }
   operand.data_ = t.storage().mutable_data();

@@ -522,3 +522,48 @@ def test_attention_backward_without_an_incoming_gradient_gives_no_garbage(mode, 
         (_NoGradientBack.apply(out).sum() + leaf.sum()).backward()
         got = leaf.grad.cpu()
     assert torch.equal(got, torch.ones_like(q))
+
+
+WRAPPED_NUMBER_CASES = {
+    "int_times_complex": lambda t: t * (0.3 + 0.7j),
+    "int_over_complex": lambda t: t / (1 + 2j),
+    "complex_minus_int": lambda t: (0.25 - 1.5j) - t,
+    "int_plus_complex_alpha": lambda t: torch.add(t, 0.1 + 0.2j, alpha=3),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", sorted(WRAPPED_NUMBER_CASES))
+def test_a_python_complex_promotes_as_a_number(mode, case):
+    # The fast path's queued kernel cloned the wrapped number and lost its
+    # wrapped bit: the clone, a 0-dim complex128 tensor, made the op compute in
+    # complex128 (up to 1.5e-5 off here), not the CPU's complex64.
+    a = torch.arange(1, 2000, dtype=torch.int64)
+    expected = WRAPPED_NUMBER_CASES[case](a)
+    with torch_vtpu.mode(mode):
+        actual = WRAPPED_NUMBER_CASES[case](a.to("vtpu")).cpu()
+    assert actual.dtype == expected.dtype == torch.complex64
+    assert torch.equal(actual, expected)
+
+
+def test_python_numbers_promote_as_numbers_on_atens_kernels():
+    # With generated kernels off every such op takes the queued ATen kernel, and
+    # `int_tensor * 0.3` computed in double before the fix.
+    import os
+    import subprocess
+    import sys
+
+    program = """
+import torch, torch_vtpu
+a = torch.arange(1, 2000, dtype=torch.int64)
+cases = [lambda t: t * 0.3, lambda t: t / 0.3, lambda t: t.sub(0.3, alpha=3), lambda t: t * (0.3 + 0.7j)]
+for mode in ("strict", "fused", "debug"):
+    with torch_vtpu.mode(mode):
+        for i, f in enumerate(cases):
+            expected, actual = f(a), f(a.to("vtpu")).cpu()
+            assert actual.dtype == expected.dtype and torch.equal(actual, expected), (mode, i)
+print("equal")
+"""
+    env = dict(os.environ, VTPU_GENERATED_KERNELS="0")
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "equal" in out.stdout, out.stderr[-2000:]

@@ -112,7 +112,7 @@ def test_compiled_gives_eagers_bits(backend):
 
 def test_compiled_block_mask_equals_the_eager_one():
     eager = create_block_mask(_causal, B, H, L, L, device="vtpu", BLOCK_SIZE=32)
-    compiled = create_block_mask(_causal, B, H, L, L, device="vtpu", BLOCK_SIZE=32, _compile=True)
+    compiled = torch.compile(create_block_mask)(_causal, B, H, L, L, device="vtpu", BLOCK_SIZE=32)
     assert compiled.kv_num_blocks.device.type == "vtpu"
     for a, b in zip(compiled.as_tuple(), eager.as_tuple()):
         if isinstance(a, torch.Tensor):

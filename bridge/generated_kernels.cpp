@@ -1,6 +1,7 @@
 #include "generated_kernels.h"
 #include "env_knobs.h"
 
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
@@ -487,6 +488,16 @@ std::unordered_map<std::string, compiler::VtpuKernelFn>& launch_memo() {
 }
 
 }  // namespace
+
+bool converts_without_overflow(const c10::Scalar& value, c10::ScalarType dtype) {
+  try {
+    AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, dtype, "converts_without_overflow",
+                               [&] { (void)value.to<scalar_t>(); });
+  } catch (const std::exception&) {  // c10's overflow report is a std::runtime_error
+    return false;
+  }
+  return true;
+}
 
 bool exact_in_double(const c10::Scalar& value) {
   constexpr std::int64_t kExact = std::int64_t{1} << 53;

@@ -1,8 +1,8 @@
-// Strict and debug mode on vTPU's own generated kernels (issue 3, in
-// progress): an ATen op in the compiled set becomes a single-op IR graph, its
-// shape-generic kernel comes from the compile cache (compiled on a miss) and
-// is launched on the device stream. Opt-in with VTPU_GENERATED_KERNELS=1
-// until the AOT kernel library removes first-use compiles.
+// Strict and debug mode on vTPU's own generated kernels: an ATen op in the
+// compiled set becomes a single-op IR graph, its shape-generic kernel comes
+// from the ahead-of-time library or the compile cache (compiled on a miss) and
+// is launched on the device stream. On by default; VTPU_GENERATED_KERNELS=0
+// runs ATen's CPU kernels instead.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -30,6 +30,14 @@ std::optional<ir::DType> to_ir_dtype(c10::ScalarType t);
 // 2^53 would lose its low bits (an int64 hash constant, `t * (2**63 - 1)`),
 // so ops with one stay on ATen's kernel.
 bool exact_in_double(const c10::Scalar& value);
+
+// ATen converts a scalar argument (add's alpha, addcmul's value) to the type
+// it computes in with an overflow check, and raises ("value cannot be
+// converted to type int without overflow"); a kernel taking the scalar as a
+// double computed with it instead. False when `value` does not convert to
+// `dtype` without overflow (or `dtype` is one this check does not know):
+// ATen's kernel then raises or computes, as it decides.
+bool converts_without_overflow(const c10::Scalar& value, c10::ScalarType dtype);
 
 // Runs `op` over `inputs` into `out` (already allocated with the op's result
 // geometry) on a generated kernel. Returns false, having done nothing, when

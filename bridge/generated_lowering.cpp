@@ -510,8 +510,13 @@ struct RestoreSizedOut {
 bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const std::size_t num_args = schema.arguments().size();
+  // Scalar arguments reach the kernel as doubles: an integer beyond 2^53, or a
+  // complex one (`addcmul(c, c, c, value=0.3+0.7j)` raised "cannot be converted
+  // to type double" where ATen computes it), stays with ATen's kernel.
   for (std::size_t i = stack->size() - num_args; i < stack->size(); ++i)
-    if ((*stack)[i].isScalar() && !exact_in_double((*stack)[i].toScalar())) return false;
+    if ((*stack)[i].isScalar() &&
+        ((*stack)[i].toScalar().isComplex() || !exact_in_double((*stack)[i].toScalar())))
+      return false;
   const FoundLowering lowering_of_op = find_lowering(op);
   if (lowering_of_op.custom != nullptr) {
     const auto* custom = lowering_of_op.custom;
@@ -622,6 +627,17 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
         if (t.dim() == rank && t.size(dim) > 1 && t.stride(dim) != 1) return false;
     }
   }
+  // add/sub's alpha, addcmul/addcdiv's value and pow's scalar exponent,
+  // converted by ATen with an overflow check (its error, or its computation
+  // in a wider type, is ATen's to give).
+  const int converted_scalar = (lowering.op == OpKind::Add || lowering.op == OpKind::Sub)           ? 2
+                               : (lowering.op == OpKind::Addcmul || lowering.op == OpKind::Addcdiv) ? 3
+                               : lowering.op == OpKind::Pow                                         ? 1
+                                                                                                    : -1;
+  if (converted_scalar >= 0 && static_cast<std::size_t>(converted_scalar) < num_args &&
+      args[static_cast<std::size_t>(converted_scalar)].isScalar() &&
+      !converts_without_overflow(args[static_cast<std::size_t>(converted_scalar)].toScalar(), out.scalar_type()))
+    return false;
   bool launched = false;
   if (lowering.reduction) {
     std::vector<std::int64_t> dims;

@@ -107,6 +107,7 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
       out = std::move(s.out);                                                                  \
     }                                                                                          \
     if (generated_kernels_enabled() && exact_in_double(alpha) &&                               \
+        converts_without_overflow(alpha, out.scalar_type()) &&                                 \
         launch_generated(ir::OpKind::IR_OP, out, {self, other}, {{"alpha", alpha.toDouble()}})) \
       return out;                                                                              \
     queue([o = KernelOperand::capture(out), a = KernelOperand::capture(self),                  \
@@ -124,6 +125,7 @@ bool simple_in_place(const at::Tensor& self, const at::Tensor& other) {
       s.meta(self, other, alpha);                                                              \
     }                                                                                          \
     if (generated_kernels_enabled() && exact_in_double(alpha) &&                               \
+        converts_without_overflow(alpha, self.scalar_type()) &&                                \
         launch_generated(ir::OpKind::IR_OP, self, {self, other}, {{"alpha", alpha.toDouble()}})) \
       return self;                                                                             \
     queue([a = KernelOperand::capture(self), b = KernelOperand::capture(other), alpha] {       \

@@ -567,3 +567,38 @@ print("equal")
     env = dict(os.environ, VTPU_GENERATED_KERNELS="0")
     out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "equal" in out.stdout, out.stderr[-2000:]
+
+
+SCALAR_CONVERSION_CASES = {
+    # ATen converts these scalars to the type it computes in, with an overflow check
+    "add_half_alpha_beyond_half": (torch.float16, lambda t: torch.add(t, t, alpha=1e10)),
+    "addcmul_int_value_beyond_int32": (torch.int32, lambda t: torch.addcmul(t, t, t, value=2**40)),
+    "addcmul_int_float_value_beyond_int32": (torch.int32, lambda t: torch.addcmul(t, t, t, value=1e10)),
+    "pow_half_exponent_beyond_half": (torch.float16, lambda t: torch.pow(t, 1e10)),
+    "pow_int_exponent_beyond_int32": (torch.int32, lambda t: torch.pow(t, 2**40)),
+    # ... and these compute (in float, for 16-bit addcmul) where a kernel taking them as doubles raised
+    "addcmul_half_value_beyond_half": (torch.float16, lambda t: torch.addcmul(t, t, t, value=1e10)),
+    "addcmul_complex_value": (torch.complex64, lambda t: torch.addcmul(t, t, t, value=0.3 + 0.7j)),
+    "addcdiv_complex_value": (torch.complex64, lambda t: torch.addcdiv(t, t, t + 1, value=0.5 - 2j)),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", sorted(SCALAR_CONVERSION_CASES))
+def test_scalar_arguments_convert_as_atens_do(mode, case):
+    dtype, op = SCALAR_CONVERSION_CASES[case]
+    base = torch.linspace(-3, 3, 5000)
+    t = (base * 7).to(dtype) if not dtype.is_complex else torch.complex(base, base.flip(0))
+    try:
+        expected, error = op(t), None
+    except RuntimeError as e:
+        expected, error = None, str(e)
+    with torch_vtpu.mode(mode):
+        if error is not None:
+            assert "without overflow" in error
+            with pytest.raises(RuntimeError, match="without overflow"):
+                op(t.to("vtpu")).cpu()
+            return
+        actual = op(t.to("vtpu")).cpu()
+    assert actual.dtype == expected.dtype
+    torch.testing.assert_close(actual, expected, equal_nan=True)

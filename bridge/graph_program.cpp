@@ -43,6 +43,9 @@ struct ArgSpec {
   c10::IValue constant;
   std::vector<int> slots;  // list elements; -1 is None (optional lists) or a constant (int lists)
   std::vector<std::int64_t> ints;
+  // kSlot: the parameter's type (an optional's element), for a slot that holds
+  // a Python int beyond int64 (see raise_held_argument).
+  c10::TypeKind param = c10::TypeKind::AnyType;
 };
 
 // An operand of a number instruction: a slot, or a constant (as an IValue
@@ -155,6 +158,9 @@ ArgSpec parse_arg(const py::handle& spec, const c10::Argument& schema_arg) {
   if (kind == "slot") {
     a.kind = ArgSpec::kSlot;
     a.slot = tuple[1].cast<int>();
+    c10::TypePtr type = schema_arg.type();
+    if (auto opt = type->cast<c10::OptionalType>()) type = opt->getElementType();
+    a.param = type->kind();
   } else if (kind == "number_tensor") {
     a.kind = ArgSpec::kNumberTensor;
     a.slot = tuple[1].cast<int>();
@@ -368,9 +374,32 @@ class GraphProgram {
     throw std::invalid_argument(std::string("compiled graph input of type ") + Py_TYPE(obj.ptr())->tp_name);
   }
 
+  // Python's OverflowError, raised through the program's error handler.
+  [[noreturn]] static void raise_overflow(const char* message) {
+    py::gil_scoped_acquire gil;
+    PyErr_SetString(PyExc_OverflowError, message);
+    throw python_error();
+  }
+
+  // A Python int beyond int64 (a held number) where an op takes a number
+  // raises what Python's argument parser raises in eager mode: OverflowError
+  // for a Scalar or Tensor parameter, ValueError for an int, TypeError in a
+  // size list (it raised "IValue is not a Scalar"). A float parameter would
+  // take it as a float in eager mode; Dynamo refuses to trace that call.
+  [[noreturn]] static void raise_held_argument(c10::TypeKind param) {
+    TORCH_CHECK_VALUE(param != c10::TypeKind::IntType && param != c10::TypeKind::SymIntType,
+                      "Overflow when unpacking long long");
+    raise_overflow("int too big to convert");
+  }
+
   static void push_arg(torch::jit::Stack& stack, const ArgSpec& a, const std::vector<c10::IValue>& values) {
     switch (a.kind) {
-      case ArgSpec::kSlot: stack.push_back(values[static_cast<std::size_t>(a.slot)]); break;
+      case ArgSpec::kSlot: {
+        const c10::IValue& v = values[static_cast<std::size_t>(a.slot)];
+        if (v.isPyObject()) raise_held_argument(a.param);
+        stack.push_back(v);
+        break;
+      }
       case ArgSpec::kConstant: stack.push_back(a.constant); break;
       case ArgSpec::kTensorList: {
         c10::List<at::Tensor> list;
@@ -380,7 +409,9 @@ class GraphProgram {
         break;
       }
       case ArgSpec::kNumberTensor: {
-        at::Tensor wrapped = at::scalar_to_tensor(values[static_cast<std::size_t>(a.slot)].toScalar());
+        const c10::IValue& v = values[static_cast<std::size_t>(a.slot)];
+        if (v.isPyObject()) raise_overflow("int too big to convert");
+        at::Tensor wrapped = at::scalar_to_tensor(v.toScalar());
         wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
         stack.emplace_back(std::move(wrapped));
         break;
@@ -388,8 +419,15 @@ class GraphProgram {
       case ArgSpec::kIntList: {
         c10::List<std::int64_t> list;
         list.reserve(a.slots.size());
-        for (std::size_t i = 0; i < a.slots.size(); ++i)
-          list.push_back(a.slots[i] < 0 ? a.ints[i] : values[static_cast<std::size_t>(a.slots[i])].toInt());
+        for (std::size_t i = 0; i < a.slots.size(); ++i) {
+          if (a.slots[i] < 0) {
+            list.push_back(a.ints[i]);
+            continue;
+          }
+          const c10::IValue& v = values[static_cast<std::size_t>(a.slots[i])];
+          TORCH_CHECK_TYPE(!v.isPyObject(), "a size beyond int64: Overflow when unpacking long long");
+          list.push_back(v.toInt());
+        }
         stack.emplace_back(std::move(list));
         break;
       }

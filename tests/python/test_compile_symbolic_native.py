@@ -181,3 +181,28 @@ def test_other_number_functions_and_constant_outputs_stay_native(tmp_path):
     assert kinds and set(kinds) == {"native"}, kinds
     sources = "".join(p.read_text() for p in (tmp_path / "native").glob("*.fx.py"))
     assert "sym_sum" in sources, "the graph no longer exercises torch.sym_sum"
+
+
+_HUGE_ARGUMENT_CASES = {
+    "tensor_operand": (lambda x, k: x * (k * k), OverflowError),
+    "scalar_fill": (lambda x, k: torch.full((2,), k * k, device=x.device), OverflowError),
+    "scalar_bound": (lambda x, k: x.clamp(max=k * k), OverflowError),
+    "scalar_alpha": (lambda x, k: torch.add(x, x, alpha=k * k), OverflowError),
+    "size_list": (lambda x, k: x.new_zeros(k * k), TypeError),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_HUGE_ARGUMENT_CASES))
+def test_an_int_past_int64_as_an_op_argument_raises_as_in_eager(tmp_path, case):
+    # The native program handed the held Python int to the op: RuntimeError
+    # "IValue is not a Scalar" (found by a compiled-mode fuzzer).
+    fn, error = _HUGE_ARGUMENT_CASES[case]
+    x = torch.ones(3, device="vtpu")
+    with pytest.raises(error):
+        fn(x, 2**40 + 3)
+    native = _compile(fn, tmp_path, "native", dynamic=True)
+    native(x, 3)
+    with pytest.raises(error):
+        native(x, 2**40 + 3)
+    assert torch.equal(native(x, 5).cpu(), fn(x, 5).cpu()), "the program is usable after the error"
+    assert set(_program_kinds(tmp_path / "native")) == {"native"}

@@ -693,3 +693,36 @@ def test_windows_differing_in_a_dead_op_get_their_own_kernels(dead_first, tmp_pa
     env = dict(__import__("os").environ, VTPU_CACHE_DIR=str(tmp_path / "cache"), VTPU_AOT_KERNELS="0")
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]
+
+
+NEGATED_FMA_PROGRAMS = {
+    "add": lambda a, b: -(a + b),
+    "add_alpha": lambda a, b: -torch.add(a, b, alpha=3.0),
+    "sub": lambda a, b: -(a - b),
+    "addcmul": lambda a, b: -torch.addcmul(a, b, b, value=2.0),
+    "lerp": lambda a, b: -torch.lerp(a, b, 0.25),
+    "neg_then_mul": lambda a, b: -(a + b) * 2.0,
+}
+
+
+@pytest.mark.parametrize("program", sorted(NEGATED_FMA_PROGRAMS))
+def test_a_negated_fused_multiply_add_keeps_the_sign_of_zero(program):
+    # Found by a fused-mode fuzzer: add is an fma, and GCC folded -(fma(a, b, c))
+    # into -(a*b) - c, +0 where strict mode's neg of (-0 + +0) gives -0.
+    fn = NEGATED_FMA_PROGRAMS[program]
+    zeros = torch.tensor([-0.0, 0.0, -0.0, 0.0, 1.5, -2.0, float("nan"), -float("inf")])
+    a = zeros.repeat(1024)
+    b = zeros.roll(1).repeat(1024) * (0.0 if program in ("addcmul",) else 1.0)
+    if program == "lerp":
+        b = -a  # lerp(a, -a, w) = a + w * (-a - a): a zero for a zero a
+    expected = fn(a, b)
+    with torch_vtpu.mode("strict"):
+        strict = fn(a.to("vtpu"), b.to("vtpu")).cpu()
+    with torch_vtpu.mode("fused"):
+        for _ in range(2):  # the first windows run unfused while their kernel compiles
+            fused = fn(a.to("vtpu"), b.to("vtpu")).cpu()
+            _C._wait_for_fusion_compiles()
+    for actual in (strict, fused):
+        assert torch.equal(actual.isnan(), expected.isnan())
+        assert torch.equal(torch.signbit(actual), torch.signbit(expected)), program
+        assert torch.equal(actual.nan_to_num(), expected.nan_to_num())

@@ -54,6 +54,11 @@ static inline __device__ vtpu_bf16 vtpu_to_bf16(float f) {
 static inline __device__ float vtpu_load(vtpu_half v) { return __half2float(__ushort_as_half(v.bits)); }
 static inline __device__ vtpu_half vtpu_to_half(float f) { return vtpu_half{__half_as_ushort(__float2half_rn(f))}; }
 template <typename T> static inline __device__ T vtpu_load(T v) { return v; }
+// -v as a flip of the sign bit (the host's reason: vtpu_float_neg there).
+static inline __device__ float vtpu_float_neg(float v) { return __uint_as_float(__float_as_uint(v) ^ 0x80000000u); }
+static inline __device__ double vtpu_float_neg(double v) {
+  return __longlong_as_double(__double_as_longlong(v) ^ (long long)0x8000000000000000ull);
+}
 // The value unchanged, its origin hidden from the optimiser (the host's
 // reason: cast_from_floating in host_codegen.cpp).
 template <typename T> static inline __device__ T vtpu_opaque(T v) {

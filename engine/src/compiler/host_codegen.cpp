@@ -152,6 +152,18 @@ static inline vtpu_half vtpu_to_half(float f) {
   return vtpu_half{(uint16_t)(sign | h)};
 }
 template <typename T> static inline T vtpu_load(T v) { return v; }
+// -v as a flip of the sign bit. Written as -v, GCC folds the negation of an
+// fma (add with alpha, addcmul, lerp) into one negated multiply-subtract,
+// -(a*b) - c, which is +0 where -(a*b + c) is -0 (a fused -(x + y) of -0 and
+// +0 lost the sign strict mode's separate neg kernel gives).
+template <typename T> static inline T vtpu_float_neg(T v) {
+  if constexpr (sizeof(T) == 4) {
+    uint32_t u; std::memcpy(&u, &v, 4); u ^= 0x80000000u; std::memcpy(&v, &u, 4);
+  } else {
+    uint64_t u; std::memcpy(&u, &v, 8); u ^= 0x8000000000000000ull; std::memcpy(&v, &u, 8);
+  }
+  return v;
+}
 // The value unchanged, its origin hidden from the optimiser (see
 // cast_from_floating in host_codegen.cpp).
 template <typename T> static inline T vtpu_opaque(T v) {
@@ -612,7 +624,7 @@ class Emitter {
         if (!floating && ir::is_floating(node.type.dtype) && cast_from_floating(node.inputs[0]))
           return "vtpu_opaque(" + a + ")";
         return a;
-      case OpKind::Neg: return floating ? "-" + a : "vtpu_wrap_neg(" + a + ")";
+      case OpKind::Neg: return floating ? "vtpu_float_neg(" + T + "(" + a + "))" : "vtpu_wrap_neg(" + a + ")";
       case OpKind::Abs: return floating ? "std::fabs(" + a + ")" : "(" + a + " < 0 ? vtpu_wrap_neg(" + a + ") : " + a + ")";
       case OpKind::Exp: return "vtpu_exp(" + a + ")";
       case OpKind::Exp2: return "std::exp2(" + a + ")";

@@ -106,6 +106,13 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   // got to the task, so peak memory and buffer reuse (which fused windows see)
   // depended on timing.
   if (src_on_device && dst_on_device) {
+    // A copy of the very same elements is nothing to do, as in ATen's copy_
+    // (before its overlap checks: `x.permute(0, 1)[...] = x` of an expanded x
+    // raised the written-twice error here).
+    if (self.is_alias_of(dst) && self.storage_offset() == dst.storage_offset() &&
+        self.sizes().equals(dst.sizes()) && self.strides().equals(dst.strides()) &&
+        self.scalar_type() == dst.scalar_type() && self.is_conj() == dst.is_conj() && self.is_neg() == dst.is_neg())
+      return dst;
     // ATen's overlap rules for copy_, at the call as on the CPU: the queued
     // copy's aliases are separate storages, which its own checks would take
     // for unrelated memory (t[100:].copy_(t[:-100]) chained the values).

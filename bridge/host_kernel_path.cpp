@@ -24,6 +24,7 @@
 #include "generated_kernels.h"
 #include "generated_lowering.h"
 #include "host_path_rules.h"
+#include "iterator_layout.h"
 #include "meta_cache.h"
 #include "out_variant_index.h"
 #include "pool_blocks.h"
@@ -494,11 +495,29 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   // -1 when it aliases an argument.
   std::vector<int> fresh_slots;
   bool all_fresh_single_tensors = true;
+  // An elementwise op's CPU kernel is a TensorIterator, which lays a fresh or
+  // resized result out after its inputs; Python reference metas disagreed
+  // (logical_xor and neg(out=resized) of a transpose came back row-major,
+  // `a // b` followed b: found by a fused-mode fuzzer). Values were right,
+  // the strides the CPU's.
+  const bool iterator_layout = op.hasTag(at::Tag::pointwise) || name == "aten::floor_divide";
+  auto with_iterator_layout = [&](const at::Tensor& meta_out) -> at::Tensor {
+    if (!iterator_layout || !dense_strides(meta_out)) return meta_out;
+    std::vector<at::Tensor> inputs;
+    for (std::size_t i = 0; i < schema.arguments().size(); ++i)
+      if (!schema.arguments()[i].is_out() && (*stack)[first + i].isTensor())
+        inputs.push_back((*stack)[first + i].toTensor());
+    return meta_out.as_strided(meta_out.sizes(), iterator_output_strides(inputs, meta_out.sizes()));
+  };
   for (std::size_t r = 0; r < returns.size(); ++r) {
     const c10::Argument& ret = returns[r];
     const auto alias = aliased_argument(schema, ret);
-    auto make = [&](const at::Tensor& meta_out, const c10::IValue& base) -> at::Tensor {
-      if (!meta_out.defined() || (alias && base.isTensor())) fresh_slots.push_back(-1);
+    auto make = [&](const at::Tensor& meta_result, const c10::IValue& base) -> at::Tensor {
+      if (!meta_result.defined() || (alias && base.isTensor())) fresh_slots.push_back(-1);
+      const bool resized_out = meta_result.defined() && alias && base.isTensor() && ret.alias_info()->isWrite() &&
+                               meta_result.sizes() != base.toTensor().sizes();
+      const at::Tensor meta_out =
+          meta_result.defined() && (!alias || resized_out) ? with_iterator_layout(meta_result) : meta_result;
       if (!meta_out.defined()) return meta_out;
       if (alias && base.isTensor()) {
         const at::Tensor& arg = base.toTensor();

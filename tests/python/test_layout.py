@@ -233,3 +233,29 @@ def test_a_pad_into_an_out_view_with_gaps_writes_only_the_view(name):
     assert got is out
     assert torch.equal(out.cpu(), want)
     assert (big[..., 1::2].cpu() == 9.0).all()
+
+
+HOST_PATH_ELEMENTWISE_LAYOUTS = {
+    "logical_xor": lambda a, b: torch.logical_xor(a, a),
+    "floor_divide": lambda a, b: a // b,
+    "floor_divide_swapped": lambda a, b: b // a,
+    "neg_out_resized": lambda a, b: torch.neg(a, out=torch.empty(3, device=a.device)),
+    "logical_xor_out_resized": lambda a, b: torch.logical_xor(a, b, out=torch.empty(0, dtype=torch.bool, device=a.device)),
+}
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("case", sorted(HOST_PATH_ELEMENTWISE_LAYOUTS))
+def test_host_path_elementwise_results_take_the_cpus_layout(mode, case):
+    # Found by a fused-mode fuzzer: these run ATen's CPU kernel on the host-kernel
+    # path, whose result geometry came from Python reference metas that lay the
+    # result out row-major (or after the second operand), where the CPU's
+    # TensorIterator follows the first operand's layout.
+    fn = HOST_PATH_ELEMENTWISE_LAYOUTS[case]
+    a = torch.randn(5, 7, generator=torch.Generator().manual_seed(0)).t()
+    b = torch.randn(7, 5, generator=torch.Generator().manual_seed(1)) + 3
+    expected = fn(a, b)
+    with torch_vtpu.mode(mode):
+        actual = fn(a.to("vtpu"), b.to("vtpu"))
+        assert actual.stride() == expected.stride(), (actual.stride(), expected.stride())
+        assert torch.equal(actual.cpu(), expected)

@@ -213,7 +213,13 @@ void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clus
     return -1;
   };
   auto first = [](const auto& p) -> const Geometry& { return p.first; };
-  auto self = [](const Geometry& g) -> const Geometry& { return g; };
+  // The same elements, declared alike (a 0-dim tensor and a 1x1 view of it
+  // promote apart).
+  auto find_loaded = [&](const Geometry& g, bool zero_dim) -> std::ptrdiff_t {
+    for (std::size_t i = 0; i < loaded.size(); ++i)
+      if (loaded[i] == g && loaded_operand[i]->zero_dim == zero_dim) return static_cast<std::ptrdiff_t>(i);
+    return -1;
+  };
   for (std::size_t position = 0; position < cluster.ops.size(); ++position) {
     const WindowOp& op = ops[cluster.ops[position]];
     std::vector<Binding>& b = bindings.emplace_back();
@@ -240,7 +246,7 @@ void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clus
         b.push_back({Binding::kWritten, written[static_cast<std::size_t>(w)].second});
         append_tagged(pattern, 'w', written[static_cast<std::size_t>(w)].second);
         pattern += ',';
-      } else if (auto l = find(loaded, g, self); l >= 0) {
+      } else if (auto l = find_loaded(g, in.zero_dim); l >= 0) {
         b.push_back({Binding::kLoaded, static_cast<std::size_t>(l)});
         append_tagged(pattern, 'l', static_cast<std::size_t>(l));
         pattern += ',';
@@ -249,6 +255,7 @@ void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clus
         append_tagged(pattern, 'l', loaded.size());
         pattern += ':';
         pattern += ir::name(in.dtype);
+        if (in.zero_dim) pattern += ":0d";
         pattern += ',';
         if (!flat) append_layout_word(pattern, in.arg, cluster.iter_sizes);
         loaded.push_back(g);
@@ -317,8 +324,9 @@ void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clus
       std::vector<ir::ValueId> input_ids, value_ids;
       for (const WindowOperand* in : loaded_operand)
         input_ids.push_back(graph.add_input(
-            flat ? ir::TensorType{in->dtype, sizes, {1}}
-                 : ir::TensorType{in->dtype, sizes, std::vector<std::int64_t>(in->arg.strides, in->arg.strides + rank)}));
+            in->zero_dim ? ir::TensorType{in->dtype, {}, {}}
+            : flat       ? ir::TensorType{in->dtype, sizes, {1}}
+                         : ir::TensorType{in->dtype, sizes, std::vector<std::int64_t>(in->arg.strides, in->arg.strides + rank)}));
       for (std::size_t position = 0; position < cluster.ops.size(); ++position) {
         const WindowOp& op = ops[cluster.ops[position]];
         std::vector<ir::ValueId> ids;

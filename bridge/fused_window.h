@@ -41,6 +41,10 @@ struct WindowOperand {
   ir::DType dtype = ir::DType::kFloat32;
   ir::AttrValue constant;          // a Python scalar's value (when !is_tensor)
   compiler::VtpuTensorArg arg{};   // in the op's iteration space (broadcast dims: stride 0)
+  // A 0-dim tensor: it takes part in type promotion as one (a bfloat16
+  // tensor times a 0-dim float32 tensor is bfloat16), so the kernel's IR
+  // declares it with rank 0, as strict mode's does, not at the op's rank.
+  bool zero_dim = false;
   // The allocation the tensor lives in. The window holds no reference to
   // it: memory Python lets go of is reused at once, as in strict mode (the
   // window orders ops by allocation, so a reused block is just one more

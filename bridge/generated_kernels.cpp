@@ -355,6 +355,7 @@ void record(ir::OpKind op, const ir::Attributes& attrs, const at::Tensor& out, c
     o.is_tensor = true;
     o.dtype = *to_ir(t.scalar_type());
     o.arg = kernel_tensor(t, out.sizes()).arg;
+    o.zero_dim = t.dim() == 0;
     o.base = t.storage().data();
     return o;
   };

@@ -277,6 +277,45 @@ def test_bfloat16_chain_rounds_like_strict():
     assert torch.equal(out.cpu(), _in_strict(program, x, y).cpu())
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.float64])
+def test_16_bit_tensor_times_a_0_dim_device_tensor_fuses(dtype, scale_dtype):
+    # A 0-dim tensor does not promote a dimensioned one: the chain stays in
+    # the 16-bit dtype and is one kernel (it ran unfused: the window declared
+    # the 0-dim operand at the chain's rank, which promotes to its dtype).
+    x = torch.randn(64, 48, device="vtpu").to(dtype)
+    s = torch.tensor(0.37, device="vtpu", dtype=scale_dtype)
+
+    def program(a, b):
+        return ((a * b + 1.0).relu() * 2.0 - b) / b
+
+    out, m = _steady_metrics(program, x, s)
+    assert out.dtype == dtype
+    assert m["fused_kernels"] == 1 and m["ops_per_fused_kernel"] == {6: 1}
+    assert torch.equal(out.cpu(), _in_strict(program, x, s).cpu())
+    assert torch.equal(out.cpu(), program(x.cpu(), s.cpu()))
+
+
+def test_0_dim_tensor_and_its_1x1_view_promote_apart_in_one_window():
+    # The same element read as a 0-dim tensor (no promotion) and as a 1x1
+    # tensor (promotes the bfloat16 operand to float32) in one kernel.
+    x = torch.randn(32, 16, device="vtpu").to(torch.bfloat16)
+    s = torch.tensor(1.5, device="vtpu")
+
+    def program(a, b):
+        kept = (a * b + 1.0).sigmoid()  # bfloat16
+        return kept, (kept + b.view(1, 1)) * 3.0  # float32
+
+    (kept, promoted), m = _steady_metrics(program, x, s)
+    assert kept.dtype == torch.bfloat16 and promoted.dtype == torch.float32
+    assert m["fused_kernels"] == 1 and m["ops_per_fused_kernel"] == {5: 1}
+    strict_kept, strict_promoted = _in_strict(program, x, s)
+    assert torch.equal(kept.cpu(), strict_kept.cpu())
+    assert torch.equal(promoted.cpu(), strict_promoted.cpu())
+    cpu_kept, cpu_promoted = program(x.cpu(), s.cpu())
+    assert torch.equal(kept.cpu(), cpu_kept) and torch.equal(promoted.cpu(), cpu_promoted)
+
+
 def test_in_place_ops_and_aliases():
     def program(a, b):
         a = a.clone()

@@ -341,6 +341,66 @@ def test_remembered_kernels_serve_only_launches_of_the_same_generic_layout(mode)
         assert torch_vtpu.metrics()["host_fallback_ops"] == {}
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
+def test_reductions_of_transposed_inputs_give_the_contiguous_inputs_bits(dtype):
+    import torch
+    import torch_vtpu
+
+    # A row reduction whose rows cross the input's rows (x.t().sum(-1), a
+    # transpose(1, 2).amax(-1), trailing dims of a permuted tensor) reduces
+    # neighbouring outputs side by side; each output keeps the plain row
+    # order, so the result has the bits of the same reduction of a
+    # contiguous copy, and the CPU's values. Sizes cover a partial block of
+    # outputs, a partial last lane group, blocks wrapping the kept dim, row
+    # dims that do and do not nest, keepdim, a strided out= and every mode.
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(11)
+
+    def make(*shape):
+        if dt.is_floating_point:
+            return (torch.randn(shape, generator=g) * 5).to(dt)
+        return torch.randint(-9, 9, shape, generator=g, dtype=dt)
+
+    cases = [
+        (make(300, 131), lambda t: t.t(), (-1,)),
+        (make(4, 50, 300), lambda t: t.transpose(1, 2), (-1,)),
+        (make(7, 33, 130), lambda t: t.permute(2, 0, 1), (1, 2)),  # the row's dims nest
+        (make(9, 5, 140), lambda t: t.permute(2, 1, 0), (1, 2)),  # they do not
+        (make(20, 8, 150), lambda t: t.permute(1, 2, 0), (2,)),  # blocks wrap the kept dim
+        (make(300, 260), lambda t: t.t()[:, 3:250], (-1,)),
+    ]
+    # Every op and keepdim on the first case, sum and amax on the others
+    # (each combination is a kernel to compile).
+    variants = [(op, keepdim) for op in ["sum", "amax", "amin"] + (["mean"] if dt.is_floating_point else [])
+                for keepdim in (False, True)]
+    for mode in ["strict", "fused", "debug"]:
+        with torch_vtpu.mode(mode):
+            for index, (base, view, dims) in enumerate(cases):
+                device_view = view(base.to("vtpu"))
+                for op, keepdim in variants if index == 0 else [("sum", False), ("amax", False)]:
+                    got = getattr(device_view, op)(dim=dims, keepdim=keepdim).cpu()
+                    plain = getattr(device_view.contiguous(), op)(dim=dims, keepdim=keepdim).cpu()
+                    want = getattr(view(base), op)(dim=dims, keepdim=keepdim)
+                    assert torch.equal(got, plain), (mode, tuple(base.shape), dims, op, keepdim)
+                    tol = 1e-2 if dt == torch.bfloat16 else 1e-5
+                    torch.testing.assert_close(got, want, rtol=tol, atol=10 * tol)
+                if dt == torch.float32:
+                    # float64 rows of 2^53 then ones: 2^53 + 1 rounds back
+                    # to 2^53, so the sum shows which ones were added to it
+                    # one by one (the order of the additions).
+                    ones = torch.ones(base.shape, dtype=torch.float64)
+                    first = [slice(None)] * ones.dim()
+                    for d in dims:
+                        first[d] = 0
+                    view(ones)[tuple(first)] = 2.0**53
+                    wide = view(ones.to("vtpu"))
+                    assert torch.equal(wide.sum(dims).cpu(), wide.contiguous().sum(dims).cpu()), (mode, dims)
+            x = make(300, 200).to("vtpu")
+            out = torch.empty(400, device="vtpu", dtype=dt)[::2]
+            torch.sum(x.t(), -1, out=out)
+            assert torch.equal(out.cpu(), x.t().contiguous().sum(-1).cpu())
+
+
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_remembered_reduction_kernels_serve_only_the_same_layout_and_shape(mode):
     import torch
@@ -401,6 +461,45 @@ def test_convolution_backward_with_bias_runs_without_synchronising():
     assert "data_dependent_op" not in syncs, syncs
     for got, want in ((xd.grad, x.grad), (dev.weight.grad, conv.weight.grad), (dev.bias.grad, conv.bias.grad)):
         torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_polynomial_exp2_log2_log1p_expm1_atan_atan2_match_the_cpu(dtype):
+    import torch
+    import torch_vtpu
+
+    # These ran the C library's scalar functions (5-20x ATen's time); now
+    # kernel_math.h's vectorised ones (within 1.2 ulp, engine kernel_math_test).
+    # Values from a spread of magnitudes and the special values: within an ulp
+    # or two of the CPU (float32: ~1e-7 relative), the same infinities, NaNs
+    # and signed zeros; strict and fused give the same bits.
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(3)
+    mags = torch.exp2(torch.randint(-40, 40, (4000,), generator=g).float())
+    x = torch.randn(4000, generator=g) * mags
+    specials = torch.tensor([0.0, -0.0, 1.0, -1.0, 2.0, 0.5, float("inf"), -float("inf"), float("nan"),
+                             1e-40, -1e-40, 88.7, 89.0, -18.0, -104.0, 128.0, 3e38, -3e38])
+    x = torch.cat([x, specials]).to(dt)
+    y = torch.cat([torch.randn(4000, generator=g) * mags.flip(0), specials.flip(0)]).to(dt)
+    ops = {
+        "exp2": lambda a, b: torch.exp2(a), "log2": lambda a, b: torch.log2(a.abs()),
+        "log1p": lambda a, b: torch.log1p(a), "expm1": lambda a, b: torch.expm1(a),
+        "atan": lambda a, b: torch.atan(a), "atan2": lambda a, b: torch.atan2(a, b),
+    }
+    tol = {torch.float32: 4e-7, torch.bfloat16: 8e-3, torch.float16: 1e-3}[dt]
+    for name, op in ops.items():
+        want = op(x, y)
+        got = op(x.to("vtpu"), y.to("vtpu")).cpu()
+        with torch_vtpu.mode("fused"):
+            fused = (op(x.to("vtpu"), y.to("vtpu")) * 1.0).cpu()
+        bits = torch.int32 if got.element_size() == 4 else torch.int16
+        assert torch.equal(got.view(bits), fused.view(bits)), name
+        torch.testing.assert_close(got, want, rtol=tol, atol=1e-45, equal_nan=True, msg=name)
+        finite = torch.isfinite(want)
+        assert torch.equal(torch.isnan(got), torch.isnan(want)), name
+        assert torch.equal(got[~finite & ~torch.isnan(want)], want[~finite & ~torch.isnan(want)]), name
+        zero = want == 0
+        assert torch.equal(torch.signbit(got[zero]), torch.signbit(want[zero])), name
 
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])

@@ -488,12 +488,12 @@ class Emitter {
   // latency each.
   static bool calls_libm(const ir::Node& node) {
     switch (node.op) {
-      case OpKind::Exp2: case OpKind::Log2: case OpKind::Log10: case OpKind::Log1p: case OpKind::Expm1:
-      case OpKind::Sin: case OpKind::Cos: case OpKind::Tan: case OpKind::Asin: case OpKind::Acos:
-      case OpKind::Atan: case OpKind::Sinh: case OpKind::Cosh: case OpKind::Atan2:
+      case OpKind::Log10: case OpKind::Sin: case OpKind::Cos: case OpKind::Tan: case OpKind::Asin:
+      case OpKind::Acos: case OpKind::Sinh: case OpKind::Cosh:
         return ir::is_floating(node.common_dtype);
       case OpKind::Exp: case OpKind::Log: case OpKind::Tanh: case OpKind::Erf: case OpKind::Sigmoid:
-      case OpKind::Silu: case OpKind::Gelu:
+      case OpKind::Silu: case OpKind::Gelu: case OpKind::Exp2: case OpKind::Log2: case OpKind::Log1p:
+      case OpKind::Expm1: case OpKind::Atan: case OpKind::Atan2:
         return node.common_dtype == DType::kFloat64;
       default:
         return false;
@@ -627,12 +627,12 @@ class Emitter {
       case OpKind::Neg: return floating ? "vtpu_float_neg(" + T + "(" + a + "))" : "vtpu_wrap_neg(" + a + ")";
       case OpKind::Abs: return floating ? "std::fabs(" + a + ")" : "(" + a + " < 0 ? vtpu_wrap_neg(" + a + ") : " + a + ")";
       case OpKind::Exp: return "vtpu_exp(" + a + ")";
-      case OpKind::Exp2: return "std::exp2(" + a + ")";
+      case OpKind::Exp2: return "vtpu_exp2(" + a + ")";
       case OpKind::Log: return "vtpu_log(" + a + ")";
-      case OpKind::Log2: return "std::log2(" + a + ")";
+      case OpKind::Log2: return "vtpu_log2(" + a + ")";
       case OpKind::Log10: return "std::log10(" + a + ")";
-      case OpKind::Log1p: return "std::log1p(" + a + ")";
-      case OpKind::Expm1: return "std::expm1(" + a + ")";
+      case OpKind::Log1p: return "vtpu_log1p(" + a + ")";
+      case OpKind::Expm1: return "vtpu_expm1(" + a + ")";
       case OpKind::Sqrt: return "std::sqrt(" + a + ")";
       case OpKind::Rsqrt: return T + "(1) / std::sqrt(" + a + ")";
       case OpKind::Reciprocal: return T + "(1) / " + a;
@@ -641,7 +641,7 @@ class Emitter {
       case OpKind::Tan: return "std::tan(" + a + ")";
       case OpKind::Asin: return "std::asin(" + a + ")";
       case OpKind::Acos: return "std::acos(" + a + ")";
-      case OpKind::Atan: return "std::atan(" + a + ")";
+      case OpKind::Atan: return "vtpu_atan(" + a + ")";
       case OpKind::Sinh: return "std::sinh(" + a + ")";
       case OpKind::Cosh: return "std::cosh(" + a + ")";
       case OpKind::Tanh: return "vtpu_tanh(" + a + ")";
@@ -715,7 +715,7 @@ class Emitter {
       case OpKind::BitwiseXor: return a + " ^ " + b;
       case OpKind::Fmod: return "vtpu_fmod(" + a + ", " + b + ")";
       case OpKind::Remainder: return "vtpu_remainder(" + a + ", " + b + ")";
-      case OpKind::Atan2: return "std::atan2(" + a + ", " + b + ")";
+      case OpKind::Atan2: return "vtpu_atan2(" + a + ", " + b + ")";
       case OpKind::ThresholdBackward: {
         const std::string threshold = has_runtime_scalar(node) ? runtime_scalar(id) : "0.0";
         return "(" + b + " <= " + T + "(" + threshold + ") ? " + T + "(0) : " + a + ")";

@@ -101,6 +101,45 @@ TEST(KernelMath, AtanAndAtan2WithinHalfAnUlpAndAFraction) {
   EXPECT_LE(worst, 0.51);
 }
 
+// sin and cos reduce in double and round once: within half an ulp and a
+// hair on the vectorised path (|x| <= 2^24), the C library beyond it. The
+// bound is tight: evaluated in float, or with pi/2 in two parts, they fail.
+TEST(KernelMath, SinAndCosWithinHalfAnUlpAndAHair) {
+  const float two24 = 16777216.0f;
+  EXPECT_LE(worst_error([](float x) { return vtpu_sin_reduced(x); }, [](double x) { return std::sin(x); }, -two24,
+                        two24),
+            0.501);
+  EXPECT_LE(worst_error([](float x) { return vtpu_cos_reduced(x); }, [](double x) { return std::cos(x); }, -two24,
+                        two24),
+            0.501);
+  // Near multiples of pi/2 the reduced argument loses the leading bits:
+  // the floats nearest k pi/2 for many k, where a short pi/2 shows.
+  double worst = 0.0;
+  for (int k = 1; k < 200000; k += 7) {
+    const float near = static_cast<float>(k * 1.5707963267948966);
+    for (float x : {near, std::nextafter(near, 0.0f), std::nextafter(near, kInf)}) {
+      worst = std::max(worst, ulp_error(vtpu_sin(x), std::sin(static_cast<double>(x))));
+      worst = std::max(worst, ulp_error(vtpu_cos(x), std::cos(static_cast<double>(x))));
+    }
+  }
+  EXPECT_LE(worst, 0.501);
+  // The library's arguments: beyond 2^24, inf and NaN give what std:: gives.
+  for (float x : {std::nextafter(two24, kInf), -33554432.0f, 1e30f, -FLT_MAX, kInf, -kInf,
+                  std::numeric_limits<float>::quiet_NaN()}) {
+    SCOPED_TRACE(x);
+    EXPECT_TRUE(vtpu_trig_needs_library(x));
+    const float s = vtpu_sin(x), c = vtpu_cos(x);
+    EXPECT_TRUE(std::isnan(x) || std::isinf(x) ? std::isnan(s) && std::isnan(c) : s == std::sin(x) && c == std::cos(x));
+  }
+  EXPECT_FALSE(vtpu_trig_needs_library(two24));
+  EXPECT_FALSE(vtpu_trig_needs_library(-two24));
+  // Signed zeros: sin keeps the sign, cos is 1.
+  EXPECT_TRUE(std::signbit(vtpu_sin(-0.0f)) && vtpu_sin(-0.0f) == 0.0f);
+  EXPECT_TRUE(!std::signbit(vtpu_sin(0.0f)) && vtpu_sin(0.0f) == 0.0f);
+  EXPECT_EQ(vtpu_cos(-0.0f), 1.0f);
+  EXPECT_EQ(vtpu_sin(-1e-45f), -1e-45f);  // subnormals: sin x = x
+}
+
 TEST(KernelMath, SpecialValuesOfTheLibmReplacements) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float specials[] = {0.0f, -0.0f, kInf, -kInf, 1.0f, -1.0f, 1e-45f, -1e-45f, FLT_MAX, -FLT_MAX, 0.5f, -2.0f};

@@ -659,10 +659,11 @@ def test_held_chain_kernels_run_before_any_flush_point(flush_by):
 
 
 def _library_call_chain(x, y):
-    # Two or more C-library calls per element (sin, cos, atan2; every float64
-    # transcendental): the kernel computes 16 neighbouring elements side by
-    # side (`element_lanes`), so one element's chain of calls overlaps the next
-    # element's.
+    # Two or more C-library calls per element (every float64 transcendental),
+    # or float sin/cos (vectorised in lane groups, with the library for
+    # arguments beyond 2^24): the kernel computes 16 neighbouring elements
+    # side by side (`element_lanes`), so one element's chain of calls
+    # overlaps the next element's.
     a = torch.sin(x * 1.0001 + 0.5)
     b = torch.cos(a - y)
     return torch.atan2(b, a + 1.5).sin() * y
@@ -686,11 +687,14 @@ def test_the_lane_kernel_is_generated_only_for_two_library_calls(tmp_path):
     code = (
         "import torch, torch_vtpu\n"
         "torch_vtpu.set_mode('fused')\n"
-        "x, y = torch.randn(5000, device='vtpu'), torch.randn(5000, device='vtpu')\n"
+        "x, y = (torch.randn(5000, device='vtpu', dtype=torch.float64) for _ in range(2))\n"
+        "z = torch.randn(5000, device='vtpu')\n"
         "for _ in range(2):\n"
-        "    one = torch.sin(x * 2.0 + 1.0)\n"
+        "    one = torch.exp(x * 2.0 + 1.0)\n"
         "    one.cpu()\n"
-        "    two = torch.cos(torch.sin(y * 3.0) + 1.0)\n"
+        "    two = torch.tanh(torch.exp(y * 3.0) * 0.25)\n"
+        "    two.cpu()\n"
+        "    three = torch.sin(z * 2.0 + 1.0)\n"
         "    torch.vtpu.synchronize()\n"
         "    torch_vtpu._C._wait_for_fusion_compiles()\n")
     env = {**__import__("os").environ, "VTPU_CACHE_DIR": str(tmp_path / "cache"),
@@ -698,12 +702,19 @@ def test_the_lane_kernel_is_generated_only_for_two_library_calls(tmp_path):
     import subprocess
     (tmp_path / "dump").mkdir()
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=600)
-    sources = [p.read_text() for p in (tmp_path / "dump").glob("*.cpp")]
+    # Each kernel's own code follows the pasted math helpers.
+    sources = [p.read_text().split("namespace ns_", 1)[-1] for p in (tmp_path / "dump").glob("*.cpp")]
     with_lanes = [s for s in sources if "element_lanes(c, begin)" in s]
-    assert len(with_lanes) == 1 and "std::cos" in with_lanes[0] and with_lanes[0].count("std::sin") >= 1
-    single_call = [s for s in sources if "std::sin" in s and "std::cos" not in s]
+    calls = [s for s in with_lanes if "vtpu_tanh(" in s]
+    assert len(calls) == 1 and "vtpu_exp(" in calls[0]
+    single_call = [s for s in sources if "vtpu_exp(" in s and "vtpu_tanh(" not in s]
     assert single_call and all("element_lanes" not in s for s in single_call), \
         "a kernel with one library call keeps the element loop"
+    # Float sin's vectorised path needs lanes (a group beyond 2^24 takes the
+    # library): the single-op sin and the fused mul, add, sin both have them.
+    trig = [s for s in sources if "vtpu_sin" in s]
+    assert len(trig) == 2 and all(s in with_lanes and "vtpu_trig_needs_library(" in s and "vtpu_sin_reduced(" in s
+                                  for s in trig)
 
 
 @pytest.mark.parametrize("dead_first", [False, True], ids=["live_first", "dead_first"])

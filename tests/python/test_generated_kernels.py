@@ -502,6 +502,52 @@ def test_polynomial_exp2_log2_log1p_expm1_atan_atan2_match_the_cpu(dtype):
         assert torch.equal(torch.signbit(got[zero]), torch.signbit(want[zero])), name
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_sin_and_cos_vectorised_below_2_24_and_the_library_above(dtype):
+    import torch
+    import torch_vtpu
+
+    # sin/cos were the C library's scalar calls (2.5-18x ATen's time); now a
+    # double-precision reduction and polynomial (kernel_math.h), which covers
+    # |x| <= 2^24. Kernels test each group of 16 lanes and send the whole
+    # group to the library when one lane is beyond that, so the values mix
+    # both in one tensor. Each element's bits must not depend on the path:
+    # a transposed copy (the scalar element loop) gives the contiguous
+    # input's (lane groups) bits, and fused gives strict's.
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(5)
+    mags = torch.exp2(torch.randint(-40, 120, (4096,), generator=g).float())
+    spread = torch.randn(4096, generator=g) * mags  # about half beyond 2^24
+    small = torch.rand(4096, generator=g) * 2e5 - 1e5  # every group vectorised
+    near = torch.arange(1, 4097).double() * (torch.pi / 2)  # near multiples of pi/2
+    specials = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-40, -1e-40,
+                             16777216.0, -16777216.0, 16777218.0, 3e38, -3e38, 1.5707964, 3.1415927])
+    # Specials first: the last elements (fewer than a lane group) take the scalar loop.
+    x = torch.cat([specials, spread, small, near.float()]).to(dt)
+    assert (x.float().abs() > 2**24).any() and (x.float().abs() <= 2**24).any()
+    tol = {torch.float32: 2.5e-7, torch.bfloat16: 8e-3, torch.float16: 1e-3}[dt]
+    bits = torch.int32 if x.element_size() == 4 else torch.int16
+    xt = x.reshape(2, -1).t().contiguous().t()  # same values, column-major
+    for name, op in (("sin", torch.sin), ("cos", torch.cos)):
+        want = op(x)
+        got = op(x.to("vtpu")).cpu()
+        scalar_loop = op(xt.to("vtpu")).cpu().reshape(-1)
+        with torch_vtpu.mode("fused"):
+            fused = (op(x.to("vtpu")) * 1.0).cpu()
+        assert torch.equal(got.view(bits), fused.view(bits)), name
+        assert torch.equal(got.view(bits), scalar_loop.view(bits)), name
+        torch.testing.assert_close(got, want, rtol=tol, atol=1e-45, equal_nan=True, msg=name)
+        assert torch.equal(torch.isnan(got), torch.isnan(want)), name
+        zero = want == 0
+        assert torch.equal(torch.signbit(got[zero]), torch.signbit(want[zero])), name
+    # A fused chain with both (rotary embeddings' pattern), against strict's bits.
+    a = x[:4096].to("vtpu")
+    strict = (a.cos() * 0.5 - a.sin() * 0.25).cpu()
+    with torch_vtpu.mode("fused"):
+        fused = (a.cos() * 0.5 - a.sin() * 0.25).cpu()
+    assert torch.equal(strict.view(bits), fused.view(bits))
+
+
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_pow_by_special_exponents_runs_the_simpler_op_with_the_same_bits(mode):
     import torch

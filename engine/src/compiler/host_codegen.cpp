@@ -488,12 +488,12 @@ class Emitter {
   // latency each.
   static bool calls_libm(const ir::Node& node) {
     switch (node.op) {
-      case OpKind::Log10: case OpKind::Sin: case OpKind::Cos: case OpKind::Tan: case OpKind::Asin:
+      case OpKind::Log10: case OpKind::Tan: case OpKind::Asin:
       case OpKind::Acos: case OpKind::Sinh: case OpKind::Cosh:
         return ir::is_floating(node.common_dtype);
       case OpKind::Exp: case OpKind::Log: case OpKind::Tanh: case OpKind::Erf: case OpKind::Sigmoid:
       case OpKind::Silu: case OpKind::Gelu: case OpKind::Exp2: case OpKind::Log2: case OpKind::Log1p:
-      case OpKind::Expm1: case OpKind::Atan: case OpKind::Atan2:
+      case OpKind::Expm1: case OpKind::Atan: case OpKind::Atan2: case OpKind::Sin: case OpKind::Cos:
         return node.common_dtype == DType::kFloat64;
       default:
         return false;
@@ -508,10 +508,25 @@ class Emitter {
   // ran 2.4x slower per sin than the 16 single-op kernels, whose calls are
   // independent. Each lane computes exactly what element() computes, so the
   // bits are the same.
+  //
+  // Float sin and cos take lane mode too: their vectorised path covers
+  // |x| <= 2^24 only, so each group of lanes is tested first and takes the
+  // C library (element by element) when any lane is beyond it
+  // (emit_values); a scalar loop calling vtpu_sin, which may call the
+  // library, is not vectorised.
   bool uses_lanes() const {
     int calls = 0;
-    for (const auto& node : graph_.nodes()) calls += calls_libm(node);
+    for (const auto& node : graph_.nodes()) {
+      if (is_float_trig(node)) return true;
+      calls += calls_libm(node);
+    }
     return calls >= 2;
+  }
+
+  // sin/cos computed in float (float, bfloat16 and float16 tensors).
+  static bool is_float_trig(const ir::Node& node) {
+    return (node.op == OpKind::Sin || node.op == OpKind::Cos) && ir::is_floating(node.common_dtype) &&
+           node.common_dtype != DType::kFloat64;
   }
 
   // `id` converted to the compute type `type`.
@@ -589,29 +604,51 @@ class Emitter {
       // storage type, exactly as when it went through memory between two
       // single-op kernels: fused and strict give the same bits.
       const bool reduced = node.type.dtype == DType::kBFloat16 || node.type.dtype == DType::kFloat16;
-      if (reduced && consumed[i]) {
-        const std::string st = storage_type(node.type.dtype);
-        define(s, out_ct, id, "static_cast<" + std::string(out_ct) + ">(vtpu_load(vtpu_store_t<" + st + ">::of(" +
-                                  expression(node, id) + ")))");
-      } else {
-        define(s, out_ct, id, "static_cast<" + std::string(out_ct) + ">(" + expression(node, id) + ")");
+      auto rhs = [&] {
+        if (reduced && consumed[i]) {
+          const std::string st = storage_type(node.type.dtype);
+          return "static_cast<" + std::string(out_ct) + ">(vtpu_load(vtpu_store_t<" + st + ">::of(" +
+                 expression(node, id) + ")))";
+        }
+        return "static_cast<" + std::string(out_ct) + ">(" + expression(node, id) + ")";
+      };
+      if (lanes_ && is_float_trig(node)) {
+        // One test over the group's lanes (an OR reduction, vectorised),
+        // then every lane on the vectorised path, or every lane through
+        // vtpu_sin/vtpu_cos (the library beyond 2^24). Both give each
+        // element the bits element() gives it.
+        const std::string with_library = rhs();
+        reduced_trig_ = true;
+        const std::string reduced_only = rhs();
+        reduced_trig_ = false;
+        s << "  " << out_ct << " v" << id << "[kLanes];\n  {\n    bool library = false;\n"
+          << "    for (int l = 0; l < kLanes; ++l) library |= vtpu_trig_needs_library(" << operand(node, 0) << ");\n"
+          << "    if (library) {\n      for (int l = 0; l < kLanes; ++l) v" << id << "[l] = " << with_library << ";\n"
+          << "    } else {\n      for (int l = 0; l < kLanes; ++l) v" << id << "[l] = " << reduced_only
+          << ";\n    }\n  }\n";
+        continue;
       }
+      define(s, out_ct, id, rhs());
     }
   }
 
  private:
+  // Input k of `node` in the node's compute type. An operand of another
+  // dtype than a 16-bit common dtype goes through the 16-bit type first, as
+  // in ATen's CPU kernels (ir::rounds_operand_to_16_bits).
+  std::string operand(const ir::Node& node, int k) const {
+    const std::string x = as(node.inputs[static_cast<std::size_t>(k)], compute_type_name(node.common_dtype));
+    return ir::rounds_operand_to_16_bits(graph_, node, static_cast<std::size_t>(k)) ? to_16_bits(node, x) : x;
+  }
+  // `x` rounded to the node's 16-bit common dtype, in its compute type.
+  std::string to_16_bits(const ir::Node& node, const std::string& x) const {
+    return "static_cast<" + std::string(compute_type_name(node.common_dtype)) + ">(vtpu_load(vtpu_store_t<" +
+           storage_type(node.common_dtype) + ">::of(static_cast<float>(" + x + "))))";
+  }
+
   std::string expression(const ir::Node& node, ir::ValueId id) const {
     const char* ct = compute_type_name(node.common_dtype);
-    // An operand of another dtype than a 16-bit common dtype goes through
-    // the 16-bit type first, as in ATen's CPU kernels (ir::rounds_operand_to_16_bits).
-    auto to_16_bits = [&](const std::string& x) {
-      return "static_cast<" + std::string(ct) + ">(vtpu_load(vtpu_store_t<" + storage_type(node.common_dtype) +
-             ">::of(static_cast<float>(" + x + "))))";
-    };
-    auto in = [&](int k) {
-      const std::string x = as(node.inputs[static_cast<std::size_t>(k)], ct);
-      return ir::rounds_operand_to_16_bits(graph_, node, static_cast<std::size_t>(k)) ? to_16_bits(x) : x;
-    };
+    auto in = [&](int k) { return operand(node, k); };
     const std::string a = node.inputs.size() > 0 ? in(0) : "";
     const std::string b = node.inputs.size() > 1 ? in(1) : "";
     const std::string c = node.inputs.size() > 2 ? in(2) : "";
@@ -636,8 +673,8 @@ class Emitter {
       case OpKind::Sqrt: return "std::sqrt(" + a + ")";
       case OpKind::Rsqrt: return T + "(1) / std::sqrt(" + a + ")";
       case OpKind::Reciprocal: return T + "(1) / " + a;
-      case OpKind::Sin: return "std::sin(" + a + ")";
-      case OpKind::Cos: return "std::cos(" + a + ")";
+      case OpKind::Sin: return std::string(reduced_trig_ ? "vtpu_sin_reduced(" : "vtpu_sin(") + a + ")";
+      case OpKind::Cos: return std::string(reduced_trig_ ? "vtpu_cos_reduced(" : "vtpu_cos(") + a + ")";
       case OpKind::Tan: return "std::tan(" + a + ")";
       case OpKind::Asin: return "std::asin(" + a + ")";
       case OpKind::Acos: return "std::acos(" + a + ")";
@@ -668,7 +705,7 @@ class Emitter {
       case OpKind::Sub: {
         // a + alpha * b as ATen computes it (alpha = 1 gives the same bits as a + b).
         std::string alpha = T + "(" + runtime_scalar(id) + ")";
-        if (ir::rounds_runtime_scalar_to_16_bits(node)) alpha = to_16_bits(alpha);
+        if (ir::rounds_runtime_scalar_to_16_bits(node)) alpha = to_16_bits(node, alpha);
         // float32/float64: ATen's kernel is fmadd(b, alpha, a), one rounding,
         // also in its scalar remainder (two roundings left 26% of a float32
         // SGD step's elements an ulp off the CPU's).
@@ -775,6 +812,9 @@ class Emitter {
 
   const ir::Graph& graph_;
   bool lanes_ = false;  // lane mode of emit_values (uses_lanes)
+  // While set, float sin/cos are spelled as their vectorised path alone
+  // (emit_values' lane groups with no argument beyond 2^24).
+  mutable bool reduced_trig_ = false;
 };
 
 }  // namespace

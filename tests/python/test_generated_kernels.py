@@ -341,6 +341,78 @@ def test_remembered_kernels_serve_only_launches_of_the_same_generic_layout(mode)
         assert torch_vtpu.metrics()["host_fallback_ops"] == {}
 
 
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "int64"])
+def test_elementwise_ops_over_permuted_layouts_give_the_cpus_bits(dtype, mode):
+    import torch
+    import torch_vtpu
+
+    # Layouts the rows loop does not take run in tiles of 16 rows x 16
+    # columns (host_codegen.cpp, emit_tiles_loop): transposed and permuted
+    # inputs, column-major results (a.t() + b is laid out like a.t()),
+    # strided out= views, broadcasts. Sizes around the tile, sizes whose
+    # parallel chunks start mid-row (above the kernel's grain), ranks 2-4,
+    # and trailing dims too small for tiles (the odometer).
+    # Adds, multiplies and copies round exactly as the CPU's: bitwise.
+    dt = getattr(torch, dtype)
+    g = torch.Generator().manual_seed(11)
+
+    def make(*shape):
+        return (torch.randn(*shape, generator=g) * 100).to(dt)
+
+    shapes = [(16, 16), (17, 15), (33, 47), (1, 40), (40, 1), (301, 299), (3, 37, 50), (2, 3, 17, 35), (50, 3, 2)]
+    with torch_vtpu.mode(mode):
+        for shape in shapes:
+            a, b = make(*shape), make(*shape)
+            swapped = (shape[-1],) + tuple(shape[1:-1]) + (shape[0],)
+            at, bt = make(*swapped), make(*swapped)
+            row = make(shape[-1])
+            cases = {
+                "t_contiguous": lambda a, b, at, bt, row: at.transpose(0, -1).contiguous(),
+                "t_add": lambda a, b, at, bt, row: at.transpose(0, -1) + b,
+                "add_t": lambda a, b, at, bt, row: b + at.transpose(0, -1),
+                "t_mul_t": lambda a, b, at, bt, row: at.transpose(0, -1) * bt.transpose(0, -1) + row,
+                "t_broadcast": lambda a, b, at, bt, row: at.transpose(0, -1) * row,
+                "permuted": lambda a, b, at, bt, row: (a.permute(*reversed(range(a.dim()))) * 3).contiguous(),
+            }
+            for name, fn in cases.items():
+                want = fn(a, b, at, bt, row)
+                got = fn(*(t.to("vtpu") for t in (a, b, at, bt, row)))
+                assert got.shape == want.shape and got.stride() == want.stride(), (name, shape)
+                assert torch.equal(got.cpu(), want), (name, shape)
+            # out= a transposed view, and in place on one.
+            out = torch.zeros(swapped, dtype=dt, device="vtpu")
+            torch.add(a.to("vtpu"), b.to("vtpu"), out=out.transpose(0, -1))
+            assert torch.equal(out.transpose(0, -1).cpu(), a + b), shape
+            inplace = at.to("vtpu")
+            inplace.transpose(0, -1).mul_(b.to("vtpu"))
+            assert torch.equal(inplace.cpu(), at * b.transpose(0, -1)), shape
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_same_dtype_copies_of_16_bit_floats_move_the_bits(dtype):
+    import torch
+    import torch_vtpu
+
+    # A copy with no conversion moves the stored bits, as ATen's does: a
+    # signalling NaN stays signalling (through float and back it was
+    # quieted) and a NaN keeps its payload. Contiguous, transposed and
+    # permuted sources, strict and fused, clone and copy_.
+    dt = getattr(torch, dtype)
+    patterns = [0x7F81, 0xFF81, 0x7FC1, 0x7C01, 0xFC01, 0x7E01, 0x0001, 0x8000, 0x3F80] * 60
+    raw = torch.tensor([p - 0x10000 if p >= 0x8000 else p for p in patterns], dtype=torch.int16)
+    raw = raw.view(dt).reshape(30, 18)
+    for mode in ("strict", "fused"):
+        with torch_vtpu.mode(mode):
+            dev = raw.to("vtpu")
+            for name, fn in {"clone": lambda t: t.clone(), "t_contiguous": lambda t: t.t().contiguous(),
+                             "permuted": lambda t: t.reshape(3, 10, 18).permute(2, 0, 1).contiguous()}.items():
+                assert torch.equal(fn(dev).cpu().view(torch.int16), fn(raw).view(torch.int16)), (mode, name)
+            target = torch.empty(18, 30, dtype=dt, device="vtpu")
+            target.copy_(dev.t())
+            assert torch.equal(target.cpu().view(torch.int16), raw.t().contiguous().view(torch.int16)), mode
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
 def test_reductions_of_transposed_inputs_give_the_contiguous_inputs_bits(dtype):
     import torch

@@ -394,21 +394,35 @@ def test_same_dtype_copies_of_16_bit_floats_move_the_bits(dtype):
     import torch
     import torch_vtpu
 
-    # A copy with no conversion moves the stored bits, as ATen's does: a
-    # signalling NaN stays signalling (through float and back it was
-    # quieted) and a NaN keeps its payload. Contiguous, transposed and
-    # permuted sources, strict and fused, clone and copy_.
+    # A copy with no conversion, neg and abs move the stored bits, as ATen's
+    # do: a signalling NaN stays signalling (through float and back it was
+    # quieted) and a NaN keeps its payload. Every 16-bit pattern; contiguous,
+    # transposed and permuted sources, strict and fused, clone and copy_.
     dt = getattr(torch, dtype)
-    patterns = [0x7F81, 0xFF81, 0x7FC1, 0x7C01, 0xFC01, 0x7E01, 0x0001, 0x8000, 0x3F80] * 60
-    raw = torch.tensor([p - 0x10000 if p >= 0x8000 else p for p in patterns], dtype=torch.int16)
-    raw = raw.view(dt).reshape(30, 18)
+    raw = torch.arange(-0x8000, 0x8000, dtype=torch.int32).to(torch.int16).view(dt).reshape(256, 256)
+    cases = {
+        "clone": lambda t: t.clone(), "t_contiguous": lambda t: t.t().contiguous(),
+        "permuted": lambda t: t.reshape(16, 16, 256).permute(2, 0, 1).contiguous(),
+        "neg": lambda t: -t, "abs": lambda t: t.abs(), "t_neg": lambda t: t.t().neg(),
+        "neg_abs": lambda t: -(t.abs()), "abs_neg": lambda t: (-t).abs(), "neg_neg": lambda t: -(-t),
+    }
     for mode in ("strict", "fused"):
         with torch_vtpu.mode(mode):
             dev = raw.to("vtpu")
-            for name, fn in {"clone": lambda t: t.clone(), "t_contiguous": lambda t: t.t().contiguous(),
-                             "permuted": lambda t: t.reshape(3, 10, 18).permute(2, 0, 1).contiguous()}.items():
+            for name, fn in cases.items():
                 assert torch.equal(fn(dev).cpu().view(torch.int16), fn(raw).view(torch.int16)), (mode, name)
-            target = torch.empty(18, 30, dtype=dt, device="vtpu")
+            # A kept abs read again in the same fused kernel (the second
+            # time, once the kernel is built): the stored bits are the CPU's,
+            # the product's value too (NaNs: quiet, same sign).
+            for _ in range(2):
+                y = dev.abs()
+                z = y * 2
+                got_abs, got_twice = y.cpu(), z.cpu()
+                torch_vtpu._C._wait_for_fusion_compiles()
+            want_abs = raw.abs()
+            assert torch.equal(got_abs.view(torch.int16), want_abs.view(torch.int16)), mode
+            torch.testing.assert_close(got_twice, want_abs * 2, rtol=0, atol=0, equal_nan=True)
+            target = torch.empty(256, 256, dtype=dt, device="vtpu")
             target.copy_(dev.t())
             assert torch.equal(target.cpu().view(torch.int16), raw.t().contiguous().view(torch.int16)), mode
 

@@ -618,13 +618,14 @@ class Emitter {
     for (int k = 0; k < num_outputs; ++k) {
       const ir::ValueId id = graph_.outputs()[static_cast<std::size_t>(k)];
       const DType dt = graph_.type(id).dtype;
-      const int source = copied_input(id);
+      const SignBitCopy source = copied_input(id);
       if (lanes_) s << "  for (int l = 0; l < kLanes; ++l)\n";
-      if (source >= 0) {
+      if (source.position >= 0) {
         // As uint16_t: GCC does not vectorise a loop copying a struct.
-        const int t = num_outputs + source;
-        s << "  *reinterpret_cast<uint16_t*>(c.p" << k << " + " << offset(k) << " * 2) = *reinterpret_cast<const "
-          << "uint16_t*>(c.p" << t << " + " << offset(t) << " * 2);\n";
+        const int t = num_outputs + source.position;
+        s << "  *reinterpret_cast<uint16_t*>(c.p" << k << " + " << offset(k) << " * 2) = (uint16_t)((*reinterpret_cast<"
+          << "const uint16_t*>(c.p" << t << " + " << offset(t) << " * 2) & " << source.keep << "u) ^ " << source.flip
+          << "u);\n";
         continue;
       }
       s << "  *reinterpret_cast<" << storage_type(dt) << "*>(c.p" << k << " + " << offset(k) << " * "
@@ -632,24 +633,45 @@ class Emitter {
     }
   }
 
-  // The input position whose element a 16-bit float output stores
-  // unchanged (a same-dtype copy: .contiguous(), clone, copy_), or -1. Such
-  // an output moves the stored bits: the conversions to float and back cost
-  // 2-10x ATen's copy of a permuted float16/bfloat16 tensor, and quiet a
-  // signalling NaN, which ATen's copy keeps.
-  int copied_input(ir::ValueId id) const {
+  // An output that stores an input's 16-bit float element unchanged or with
+  // only its sign changed: (bits & keep) ^ flip.
+  struct SignBitCopy {
+    int position = -1;  // the input's, or -1: not such an output
+    unsigned keep = 0xffffu;
+    unsigned flip = 0;
+  };
+  // A 16-bit float output computed from one input of its dtype by same-dtype
+  // casts (.contiguous(), clone, copy_), neg and abs only moves the stored
+  // bits: the conversions to float and back cost 2-10x ATen's copy of a
+  // permuted float16/bfloat16 tensor, and quiet a signalling NaN, which
+  // ATen's copy, neg and abs keep. Consumers inside the kernel still read
+  // the float value; a NaN they compute with is quiet either way.
+  SignBitCopy copied_input(ir::ValueId id) const {
     const DType dtype = graph_.type(id).dtype;
-    if (dtype != DType::kFloat16 && dtype != DType::kBFloat16) return -1;
+    if (dtype != DType::kFloat16 && dtype != DType::kBFloat16) return {};
+    // Walked from the output back to the input: an abs clears the sign of
+    // whatever the ops before it did, a neg flips it.
+    std::vector<OpKind> ops;
     const ir::Node* node = &graph_.nodes()[static_cast<std::size_t>(id)];
-    while (node->op == OpKind::Cast && graph_.type(node->inputs[0]).dtype == dtype) {
+    while ((node->op == OpKind::Cast || node->op == OpKind::Neg || node->op == OpKind::Abs) &&
+           node->inputs.size() == 1 && node->type.dtype == dtype && graph_.type(node->inputs[0]).dtype == dtype) {
+      ops.push_back(node->op);
       id = node->inputs[0];
       node = &graph_.nodes()[static_cast<std::size_t>(id)];
     }
-    if (node->op != OpKind::Input || node->type.dtype != dtype) return -1;
+    if (node->op != OpKind::Input || node->type.dtype != dtype) return {};
+    SignBitCopy copy;
+    for (auto op = ops.rbegin(); op != ops.rend(); ++op) {  // in program order
+      if (*op == OpKind::Neg) copy.flip ^= 0x8000u;
+      if (*op == OpKind::Abs) {
+        copy.keep &= 0x7fffu;
+        copy.flip &= 0x7fffu;
+      }
+    }
     const auto& inputs = graph_.inputs();
     for (std::size_t position = 0; position < inputs.size(); ++position)
-      if (inputs[position] == id) return static_cast<int>(position);
-    return -1;
+      if (inputs[position] == id) copy.position = static_cast<int>(position);
+    return copy;
   }
 
  public:

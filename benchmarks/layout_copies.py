@@ -6,9 +6,10 @@ stock CPU eager, interleaved in one process, medians of the repeats.
 The cases are what models do to activations: a transposed matrix made
 contiguous (x.t().contiguous(), x.mT in attention), the head split and merge
 of attention (transpose(1, 2).contiguous() of [batch, seq, heads, head_dim]),
-K^T materialised ([b, h, s, d] -> [b, h, d, s]), and an add with a transposed
-operand. Each is run in float32, bfloat16 and float16. Ratios are
-vtpu / cpu: below 1 is faster than the CPU.
+K^T materialised ([b, h, s, d] -> [b, h, d, s]), an add with a transposed
+operand, and torch.roll (Swin's shifted windows roll [batch, H, W, C] along H
+and W). Each is run in float32, bfloat16 and float16. Ratios are vtpu / cpu:
+below 1 is faster than the CPU.
 """
 import argparse
 import math
@@ -25,6 +26,8 @@ CASES = {
     "heads_split_16x512x12x64": ((16, 512, 12, 64), lambda a, b: a.transpose(1, 2).contiguous()),
     "key_t_8x12x512x64": ((8, 12, 512, 64), lambda a, b: a.transpose(2, 3).contiguous()),
     "t_add_2048x2048": ((2048, 2048), lambda a, b: a.t() + b),
+    "roll_2048x2048": ((2048, 2048), lambda a, b: a.roll(5, 1)),
+    "roll_swin_32x56x56x96": ((32, 56, 56, 96), lambda a, b: a.roll((3, 3), (1, 2))),
 }
 
 

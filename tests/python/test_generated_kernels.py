@@ -738,3 +738,62 @@ def test_argmax_and_argmin_give_the_cpus_first_index_with_nan_infinities_signed_
                     with torch_vtpu.mode(mode):
                         got = getattr(xx.to("vtpu"), fn)(*args).cpu()
                     assert torch.equal(got, getattr(xx, fn)(*args)), (dtype, shape, dim, fn, xx.stride())
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_roll_runs_as_block_copies_with_the_cpus_results(mode):
+    import torch
+    import torch_vtpu
+
+    # torch.roll ran ATen's CPU kernel on the host-kernel path (2.5-4x the
+    # CPU's time); now 2^k block copies on generated kernels for k rolled
+    # dims (bridge/roll_op.cpp), with ATen's semantics: flattened when no dims
+    # are named, shifts modulo the size (negative, larger than it), a dim named
+    # twice rolls by the sum, empty and 0-dim tensors, the input's memory
+    # format, ATen's errors.
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(6, 7, 5, generator=g)
+    cases = [
+        (x, 2, 1), (x, -3, 0), (x, 12, 2), (x, (1, -2), (0, 2)), (x, (2, 3, 4), (0, 1, 2)), (x, (1, 2), (1, 1)),
+        (x, 5, None), (x, (4,), ()), (x.transpose(0, 2), 3, 0), (x[:, ::2], 1, 1), (x, 0, 1), (x, 7, 1),
+        (torch.randn(2, 3, 4, 5, generator=g).to(memory_format=torch.channels_last), (1, 2), (1, 3)),
+        (torch.randn(0, 4), 1, 1), (torch.tensor(3.5), 2, None),
+        ((x * 10).to(torch.int64), (1, 1), (0, 1)), (x > 0, 2, 2), (x.to(torch.bfloat16), -1, 2),
+        (torch.randn(3, 4, dtype=torch.complex64, generator=g), 1, 0),
+    ]
+    with torch_vtpu.mode(mode):
+        for t, shifts, dims in cases:
+            args = (shifts,) if dims is None else (shifts, dims)
+            want = torch.roll(t, *args)
+            got = torch.roll(t.to("vtpu"), *args).cpu()
+            assert got.dtype == want.dtype and torch.equal(got, want), (t.shape, shifts, dims)
+            fmt = torch.channels_last if t.dim() == 4 else torch.contiguous_format
+            assert got.is_contiguous(memory_format=fmt) == want.is_contiguous(memory_format=fmt)
+        # No host-kernel roll: the blocks are generated copies (4 for 2 dims).
+        torch_vtpu.profile_ops(True)
+        try:
+            torch_vtpu.reset_metrics()
+            torch.roll(x.to("vtpu"), (1, 2), (0, 1))
+            torch.vtpu.synchronize()
+            by_op = torch_vtpu.metrics()["device_time_by_op"]
+        finally:
+            torch_vtpu.profile_ops(False)
+        assert "aten::roll" not in by_op and by_op["cast"][1] == 4, by_op
+        # Gradients roll back.
+        leaf = x.clone().requires_grad_()
+        dev = x.to("vtpu").requires_grad_()
+        w = torch.randn(6, 7, 5, generator=g)
+        (torch.roll(leaf, (2, -1), (0, 2)) * w).sum().backward()
+        (torch.roll(dev, (2, -1), (0, 2)) * w.to("vtpu")).sum().backward()
+        assert torch.equal(dev.grad.cpu(), leaf.grad)
+        # ATen's errors, with its exception types.
+        for args, error in ((((1, 2),), RuntimeError), (((1, 2), (0,)), RuntimeError), ((1, 3), IndexError),
+                            (((), ()), RuntimeError)):
+            with pytest.raises(error):
+                torch.roll(x, *args)
+            with pytest.raises(error):
+                torch.roll(x.to("vtpu"), *args)
+        with pytest.raises(IndexError):
+            torch.roll(torch.tensor(1.0, device="vtpu"), 1, 0)
+        with pytest.raises(IndexError):
+            torch.roll(torch.tensor(1.0), 1, 0)

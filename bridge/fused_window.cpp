@@ -144,16 +144,55 @@ bool touches(const UseMap& uses, const void* storage, std::size_t k) {
   return false;
 }
 
+// Whether `arg` (in the reduction's iteration space) is read across rows by
+// `reduction`: unit stride along a kept dim and not along the innermost
+// reduced one, as x.t().sum(-1) reads x. The single-op reduction kernel
+// blocks such inputs (host_codegen_reduction.cpp); the fused reduction
+// kernels walk each output's row element by element, one cache line per
+// element: a fused (x.t() * 2).sum(-1) of 2048x2048 floats took 8x the
+// CPU's time and 8x strict's (found by measuring, 2026-12-07).
+bool read_across_rows(const compiler::VtpuTensorArg& arg, const WindowOp& reduction) {
+  const std::size_t rank = reduction.iter_sizes.size();
+  int reduced = -1, kept = -1;
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (reduction.iter_sizes[d] == 1) continue;
+    if (reduction.out.arg.strides[d] == 0) reduced = static_cast<int>(d);
+    else kept = static_cast<int>(d);
+  }
+  return reduced >= 0 && kept >= 0 && arg.strides[reduced] != 1 && [&] {
+    for (std::size_t d = 0; d < rank; ++d)
+      if (reduction.iter_sizes[d] != 1 && reduction.out.arg.strides[d] != 0 && arg.strides[d] == 1) return true;
+    return false;
+  }();
+}
+
+// Whether any tensor `op` reads is read across rows by `reduction`.
+bool reads_across_rows(const WindowOp& op, const WindowOp& reduction) {
+  for (const WindowOperand& in : op.inputs)
+    if (in.is_tensor && !in.zero_dim && read_across_rows(in.arg, reduction)) return true;
+  return false;
+}
+
 // The reduction rules of joining: a cluster holds at most one reduction,
 // and nothing else in it touches the reduction's output (its values exist
 // only after whole rows are reduced, while the cluster's other ops run
-// element by element).
-bool reduction_allows(const UseMap& uses, const Cluster& cluster, std::size_t k, const WindowOp& op,
-                      const std::vector<Geometry>& geometries) {
+// element by element). A reduction that would read a tensor of its cluster
+// across rows stays alone, as in strict mode: its single-op kernel blocks
+// the reads (and an elementwise op before it writes a buffer in tiles).
+bool reduction_allows(const UseMap& uses, const std::vector<WindowOp>& ops, const Cluster& cluster, std::size_t k,
+                      const WindowOp& op, const std::vector<Geometry>& geometries) {
   if (op.reduction && (cluster.reduction_out != nullptr || touches(uses, geometries[0].storage, k))) return false;
   if (cluster.reduction_out != nullptr)
     for (const Geometry& g : geometries)
       if (g.storage == cluster.reduction_out) return false;
+  if (op.reduction) {
+    if (reads_across_rows(op, op)) return false;
+    for (std::size_t i : cluster.ops)
+      if (reads_across_rows(ops[i], op)) return false;
+  } else if (cluster.reduction_out != nullptr) {
+    for (std::size_t i : cluster.ops)
+      if (ops[i].reduction && (reads_across_rows(ops[i], ops[i]) || reads_across_rows(op, ops[i]))) return false;
+  }
   return true;
 }
 
@@ -186,7 +225,7 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
   for (std::size_t k : related) {
     const Contact& c = op_contacts[k];
     if (c.compatible && clusters_[k].iter_sizes == op.iter_sizes && clusters_[k].ops.size() < kMaxOpsPerCluster &&
-        reduction_allows(uses_, clusters_[k], k, op, geometries)) {
+        reduction_allows(uses_, ops_, clusters_[k], k, op, geometries)) {
       target = k;
       joins = true;
       break;

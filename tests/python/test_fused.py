@@ -776,3 +776,28 @@ def test_a_negated_fused_multiply_add_keeps_the_sign_of_zero(program):
         assert torch.equal(actual.isnan(), expected.isnan())
         assert torch.equal(torch.signbit(actual), torch.signbit(expected)), program
         assert torch.equal(actual.nan_to_num(), expected.nan_to_num())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_reduction_reading_across_rows_stays_out_of_fused_kernels(dtype):
+    # A reduction whose cluster would read a tensor across rows (unit stride
+    # along a kept dim, not along the reduced one: x.t()) stays a kernel of
+    # its own, as in strict mode, whose reduction kernel blocks such reads;
+    # fused, (x.t() * 2).sum(-1) of 2048x2048 floats took 8x strict's time.
+    # Reductions over rows in memory order still fuse.
+    x = torch.randn(300, 257, dtype=dtype, device="vtpu")
+    y = torch.randn(300, dtype=dtype, device="vtpu")
+    across = {
+        "prologue": lambda x, y: (x.t() * 2.0).sum(-1),
+        "operand_of_the_prologue": lambda x, y: (y + x.t()).mean(-1),
+        "joining_later": lambda x, y: ((x.t() - 1.0).amax(-1), x.t() * 3.0),
+    }
+    for name, program in across.items():
+        result, metrics = _steady_metrics(program, x, y)
+        assert metrics["fused_kernels"] == 0, (name, metrics)
+        expected = _in_strict(program, x, y)
+        for got, want in zip(result if isinstance(result, tuple) else (result,),
+                             expected if isinstance(expected, tuple) else (expected,)):
+            assert torch.equal(got.cpu(), want.cpu()), name
+    result, metrics = _steady_metrics(lambda x, y: (x * 2.0).sum(-1), x, y)
+    assert metrics["fused_kernels"] == 1, metrics

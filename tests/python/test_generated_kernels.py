@@ -348,8 +348,10 @@ def test_elementwise_ops_over_permuted_layouts_give_the_cpus_bits(dtype, mode):
     import torch_vtpu
 
     # Layouts the rows loop does not take run in tiles of 16 rows x 16
-    # columns (host_codegen.cpp, emit_tiles_loop): transposed and permuted
-    # inputs, column-major results (a.t() + b is laid out like a.t()),
+    # columns (host_codegen.cpp, emit_tiles_loop), or column by column when
+    # the result is column-major and every input unit-stride or broadcast
+    # down the columns (emit_columns_loop): transposed and permuted inputs,
+    # column-major results (a.t() + b is laid out like a.t()),
     # strided out= views, broadcasts. Sizes around the tile, sizes whose
     # parallel chunks start mid-row (above the kernel's grain), ranks 2-4,
     # and trailing dims too small for tiles (the odometer).
@@ -367,17 +369,20 @@ def test_elementwise_ops_over_permuted_layouts_give_the_cpus_bits(dtype, mode):
             swapped = (shape[-1],) + tuple(shape[1:-1]) + (shape[0],)
             at, bt = make(*swapped), make(*swapped)
             row = make(shape[-1])
+            col = make(*shape[:-1], 1)
             cases = {
-                "t_contiguous": lambda a, b, at, bt, row: at.transpose(0, -1).contiguous(),
-                "t_add": lambda a, b, at, bt, row: at.transpose(0, -1) + b,
-                "add_t": lambda a, b, at, bt, row: b + at.transpose(0, -1),
-                "t_mul_t": lambda a, b, at, bt, row: at.transpose(0, -1) * bt.transpose(0, -1) + row,
-                "t_broadcast": lambda a, b, at, bt, row: at.transpose(0, -1) * row,
-                "permuted": lambda a, b, at, bt, row: (a.permute(*reversed(range(a.dim()))) * 3).contiguous(),
+                "t_contiguous": lambda a, b, at, bt, row, col: at.transpose(0, -1).contiguous(),
+                "t_add": lambda a, b, at, bt, row, col: at.transpose(0, -1) + b,
+                "add_t": lambda a, b, at, bt, row, col: b + at.transpose(0, -1),
+                "t_mul_t": lambda a, b, at, bt, row, col: at.transpose(0, -1) * bt.transpose(0, -1) + row,
+                "t_broadcast": lambda a, b, at, bt, row, col: at.transpose(0, -1) * row,
+                "t_column": lambda a, b, at, bt, row, col: at.transpose(0, -1) - col,
+                "column_t": lambda a, b, at, bt, row, col: (col - at.transpose(0, -1)) * row,
+                "permuted": lambda a, b, at, bt, row, col: (a.permute(*reversed(range(a.dim()))) * 3).contiguous(),
             }
             for name, fn in cases.items():
-                want = fn(a, b, at, bt, row)
-                got = fn(*(t.to("vtpu") for t in (a, b, at, bt, row)))
+                want = fn(a, b, at, bt, row, col)
+                got = fn(*(t.to("vtpu") for t in (a, b, at, bt, row, col)))
                 assert got.shape == want.shape and got.stride() == want.stride(), (name, shape)
                 assert torch.equal(got.cpu(), want), (name, shape)
             # out= a transposed view, and in place on one.
@@ -387,6 +392,17 @@ def test_elementwise_ops_over_permuted_layouts_give_the_cpus_bits(dtype, mode):
             inplace = at.to("vtpu")
             inplace.transpose(0, -1).mul_(b.to("vtpu"))
             assert torch.equal(inplace.cpu(), at * b.transpose(0, -1)), shape
+        # Batched transposes of the last two dims: column-major planes, walked
+        # column by column (planes end inside chunks; chunks start mid-row).
+        for shape in [(3, 37, 50), (2, 5, 33, 17), (3, 300, 301), (7, 129, 77)]:
+            x = make(*shape[:-2], shape[-1], shape[-2])
+            row, col = make(shape[-1]), make(*shape[:-1], 1)
+            for name, fn in {"minus_row": lambda x, row, col: x.transpose(-1, -2) - row,
+                             "times_column": lambda x, row, col: x.transpose(-1, -2) * 2 - col,
+                             "row_minus": lambda x, row, col: row - x.transpose(-1, -2)}.items():
+                want = fn(x, row, col)
+                got = fn(x.to("vtpu"), row.to("vtpu"), col.to("vtpu"))
+                assert got.stride() == want.stride() and torch.equal(got.cpu(), want), (name, shape)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

@@ -145,21 +145,31 @@ bool touches(const UseMap& uses, const void* storage, std::size_t k) {
 }
 
 // Whether `arg` (in the reduction's iteration space) is read across rows by
-// `reduction`: unit stride along a kept dim and not along the innermost
-// reduced one, as x.t().sum(-1) reads x. The single-op reduction kernel
+// `reduction`: a row reduction (the trailing dims are reduced) whose tensor
+// has unit stride along a kept dim and not along the innermost reduced one,
+// as x.t().sum(-1) reads x. (A column reduction, x.sum(0), reads the same
+// memory the same way, and the fused kernels walk it in column blocks: it
+// fuses.) The single-op reduction kernel
 // blocks such inputs (host_codegen_reduction.cpp); the fused reduction
 // kernels walk each output's row element by element, one cache line per
 // element: a fused (x.t() * 2).sum(-1) of 2048x2048 floats took 8x the
 // CPU's time and 8x strict's (found by measuring, 2026-12-07).
 bool read_across_rows(const compiler::VtpuTensorArg& arg, const WindowOp& reduction) {
   const std::size_t rank = reduction.iter_sizes.size();
-  int reduced = -1, kept = -1;
+  int reduced = -1, kept = -1, first_reduced = -1;
   for (std::size_t d = 0; d < rank; ++d) {
     if (reduction.iter_sizes[d] == 1) continue;
-    if (reduction.out.arg.strides[d] == 0) reduced = static_cast<int>(d);
-    else kept = static_cast<int>(d);
+    if (reduction.out.arg.strides[d] == 0) {
+      reduced = static_cast<int>(d);
+      if (first_reduced < 0) first_reduced = reduced;
+    } else {
+      kept = static_cast<int>(d);
+    }
   }
-  return reduced >= 0 && kept >= 0 && arg.strides[reduced] != 1 && [&] {
+  // Rows only: every reduced dim after every kept one. Reductions over outer
+  // dims too (batch norm's statistics of a channels-last tensor, over N, H
+  // and W) keep fusing as before.
+  return first_reduced > kept && kept >= 0 && arg.strides[reduced] != 1 && [&] {
     for (std::size_t d = 0; d < rank; ++d)
       if (reduction.iter_sizes[d] != 1 && reduction.out.arg.strides[d] != 0 && arg.strides[d] == 1) return true;
     return false;

@@ -11,7 +11,8 @@
 // other op. The semantics are ATen's: no dims means the flattened tensor,
 // shifts and dims pair up, a dim named twice rolls by the sum of its shifts,
 // an empty tensor is cloned; the result has the input's suggested memory
-// format (ATen's concatenation of the blocks gives that layout).
+// format (ATen's concatenation of the blocks gives that layout) unless a
+// named dim's shift is 0.
 #include <ATen/ATen.h>
 #include <ATen/WrapDimUtils.h>
 #include <torch/library.h>
@@ -43,21 +44,28 @@ at::Tensor roll_blocks(const at::Tensor& self, at::IntArrayRef shifts, at::IntAr
   }
   TORCH_CHECK(shifts.size() == dims.size(), "shifts and dimensions must align. shifts: ", shifts.size(),
               ", dims:", dims.size());
-  // Per dim, the start of the result's second block (ATen rolls a named dim
-  // again for each time it is named; the shifts add up). Checked dims
-  // raise IndexError for a dim out of range, as ATen's do.
+  // An empty tensor is cloned before its dims are looked at, as ATen does.
+  if (self.numel() == 0) return self.clone(at::MemoryFormat::Preserve);
+  // Per dim, the total shift modulo the size (ATen rolls a named dim again
+  // for each time it is named; reduced one by one, the sum cannot
+  // overflow). Checked dims raise IndexError for a dim out of range, as
+  // ATen's do. ATen concatenates two blocks per named dim, and a shift of
+  // 0 makes one of them empty, which makes its result contiguous whatever
+  // the input's layout; the result here follows.
   std::map<std::int64_t, std::int64_t> shift_of;
+  bool some_shift_is_zero = false;
   for (std::size_t i = 0; i < dims.size(); ++i) {
     const std::int64_t dim = at::maybe_wrap_dim(dims[i], self.dim());
-    (void)self.size(dim);  // a 0-dim tensor has no dim 0: IndexError, as ATen's
-    shift_of[dim] += shifts[i];
+    const std::int64_t n = self.size(dim);  // a 0-dim tensor has no dim 0: IndexError, as ATen's
+    const std::int64_t s = ((shifts[i] % n) + n) % n;
+    some_shift_is_zero = some_shift_is_zero || s == 0;
+    shift_of[dim] = (shift_of[dim] + s) % n;
   }
-  if (self.numel() == 0) return self.clone(at::MemoryFormat::Preserve);
-  at::Tensor result = at::empty(self.sizes(), self.options().memory_format(self.suggest_memory_format()));
+  const at::MemoryFormat format = some_shift_is_zero ? at::MemoryFormat::Contiguous : self.suggest_memory_format();
+  at::Tensor result = at::empty(self.sizes(), self.options().memory_format(format));
   std::vector<std::pair<at::Tensor, at::Tensor>> blocks{{result, self}};  // (destination, source)
-  for (const auto& [dim, total] : shift_of) {
+  for (const auto& [dim, s] : shift_of) {
     const std::int64_t n = self.size(dim);
-    const std::int64_t s = ((total % n) + n) % n;
     if (s == 0) continue;
     std::vector<std::pair<at::Tensor, at::Tensor>> split;
     for (const auto& [dst, src] : blocks) {

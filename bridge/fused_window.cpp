@@ -169,7 +169,9 @@ bool read_across_rows(const compiler::VtpuTensorArg& arg, const WindowOp& reduct
   // Rows only: every reduced dim after every kept one. Reductions over outer
   // dims too (batch norm's statistics of a channels-last tensor, over N, H
   // and W) keep fusing as before.
-  return first_reduced > kept && kept >= 0 && arg.strides[reduced] != 1 && [&] {
+  // A tensor broadcast along the row (stride 0: a keepdim mean added back)
+  // is not read across it.
+  return first_reduced > kept && kept >= 0 && arg.strides[reduced] != 1 && arg.strides[reduced] != 0 && [&] {
     for (std::size_t d = 0; d < rank; ++d)
       if (reduction.iter_sizes[d] != 1 && reduction.out.arg.strides[d] != 0 && arg.strides[d] == 1) return true;
     return false;

@@ -817,3 +817,64 @@ def test_roll_runs_as_block_copies_with_the_cpus_results(mode):
             torch.roll(torch.tensor(1.0, device="vtpu"), 1, 0)
         with pytest.raises(IndexError):
             torch.roll(torch.tensor(1.0), 1, 0)
+
+
+def test_float16_lane_groups_convert_as_the_cpu_and_the_element_loop():
+    import torch
+    import torch_vtpu
+
+    # Dense float16 kernels convert 16 lanes at a time with the x86
+    # conversion instructions; the loop's remainder and every other loop
+    # (strided views, broadcasts) use vtpu_load/vtpu_to_half. Both must give
+    # the CPU's bits: every float16 pattern widened, float32 patterns around
+    # every float16 rounding boundary (ties, subnormals, overflow, NaN
+    # payloads) narrowed, and fused chains whose intermediates are rounded
+    # in lanes, strict = fused = the strided loop.
+    halves = torch.arange(-0x8000, 0x8000, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    widened = halves.to("vtpu").float().cpu()
+    assert torch.equal(widened.view(torch.int32), halves.float().view(torch.int32))
+
+    g = torch.Generator().manual_seed(0)
+    bits = torch.randint(-2**31, 2**31, (1 << 20,), generator=g, dtype=torch.int64)
+    # Exact float16 values, and the points halfway between neighbours (+-1 ulp
+    # of float32), where rounding to nearest even decides.
+    exact = halves.float().view(torch.int32).to(torch.int64)
+    boundary = (exact.unsqueeze(1) + torch.tensor([-(1 << 12), (1 << 12) - 1, 1 << 12, (1 << 12) + 1])).flatten()
+    specials = torch.tensor([0x7f800000, 0xff800000, 0x7f800001, 0x7fc12345, 0xffbfffff, 0x477ff000, 0x477fefff,
+                             0x33000000, 0x33000001, 0x32ffffff, 0x00000001, 0x80000001], dtype=torch.int64)
+    patterns = torch.cat([bits, boundary, specials]) & 0xFFFFFFFF
+    floats = torch.where(patterns >= 2**31, patterns - 2**32, patterns).to(torch.int32).view(torch.float32)
+    narrowed = floats.to("vtpu").half().cpu()
+    assert torch.equal(narrowed.view(torch.int16), floats.half().view(torch.int16))
+
+    n = 65536 + 7  # lane groups and a remainder
+    x = torch.randn(n, generator=g).mul(40).half()
+    y = torch.randn(n, generator=g).half()
+    programs = {
+        "mul": lambda a, b: a * b,
+        "scaled": lambda a, b: a * 1.5,
+        "chain": lambda a, b: ((a * b + 1.25) / (b.abs() + 0.5)).exp() - a,
+        "to_float": lambda a, b: (a + b).float() * 3,
+        "from_float": lambda a, b: (a.float() * 1.000244140625).half() + b,
+    }
+    for name, fn in programs.items():
+        want_cpu = fn(x, y)
+        results = {}
+        for mode in ("strict", "fused"):
+            with torch_vtpu.mode(mode):
+                xv, yv = x.to("vtpu"), y.to("vtpu")
+                for _ in range(2):  # the second time with the fused kernel built
+                    results[mode] = fn(xv, yv).cpu()
+                    torch_vtpu._C._wait_for_fusion_compiles()
+                # The same values through strided views: no lane groups.
+                xs = torch.empty(2 * n, dtype=torch.float16, device="vtpu")[::2].copy_(xv)
+                ys = torch.empty(2 * n, dtype=torch.float16, device="vtpu")[::2].copy_(yv)
+                results[mode + " strided"] = fn(xs, ys).cpu()
+        reference = results["strict strided"]
+        for key, got in results.items():
+            assert torch.equal(got.view(torch.int16 if got.dtype == torch.float16 else torch.int32),
+                               reference.view(torch.int16 if got.dtype == torch.float16 else torch.int32)), (name, key)
+        if name in ("mul", "scaled", "to_float"):  # exactly rounded ops: the CPU's bits
+            torch.testing.assert_close(reference, want_cpu, rtol=0, atol=0, equal_nan=True)
+        else:
+            torch.testing.assert_close(reference, want_cpu, equal_nan=True)

@@ -92,6 +92,47 @@ const char* compute_type_name(DType t) { return storage_type(ir::compute_type(t)
 // Helpers of the host's kernels only: 16-bit float conversions with
 // round-to-nearest-even, the optimisation barrier, and the lane reductions.
 // The helpers every target shares follow them (kernel_helpers.cpp).
+// Sixteen float16 lanes converted by the x86 conversion instructions
+// (F16C/AVX-512F, one instruction per 8 or 16 lanes) where the host has them:
+// GCC keeps _Float16 conversions scalar without AVX512-FP16, and the
+// integer formulation of vtpu_load/vtpu_to_half costs ~20 vector operations
+// per conversion (float16 kernels took 2-5x the CPU's time). Their results
+// are those functions' bit for bit (every float16 and every float32 pattern
+// compared, rounding to nearest even, NaNs quieted with their payload), so a
+// loop's lane groups and its remainder agree. Only kernels that call these
+// include <immintrin.h> (it adds ~0.3 s to a kernel's compile).
+constexpr const char* kHalfLanesSource = R"HALF(
+#include <immintrin.h>
+static inline void vtpu_half_lanes_load(const vtpu_half* p, float* out) {
+#if defined(__AVX512F__)
+  _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+#elif defined(__F16C__)
+  _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  _mm256_storeu_ps(out + 8, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8))));
+#else
+  for (int l = 0; l < 16; ++l) out[l] = vtpu_load(p[l]);
+#endif
+}
+static inline void vtpu_half_lanes_store(const float* in, vtpu_half* p) {
+#if defined(__AVX512F__)
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm512_cvtps_ph(_mm512_loadu_ps(in), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#elif defined(__F16C__)
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(_mm256_loadu_ps(in), _MM_FROUND_TO_NEAREST_INT));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8), _mm256_cvtps_ph(_mm256_loadu_ps(in + 8), _MM_FROUND_TO_NEAREST_INT));
+#else
+  for (int l = 0; l < 16; ++l) p[l] = vtpu_to_half(in[l]);
+#endif
+}
+// Each lane rounded to float16 and back (a value a later op of a fused
+// kernel reads as strict mode's stored float16).
+static inline void vtpu_half_lanes_round(float* v) {
+  alignas(32) vtpu_half h[16];
+  vtpu_half_lanes_store(v, h);
+  vtpu_half_lanes_load(h, v);
+}
+)HALF";
+
 constexpr const char* kPrelude = R"PRELUDE(
 #include <algorithm>
 #include <cmath>
@@ -583,6 +624,13 @@ class Emitter {
   // lane mode (below) arrays of kLanes elements, read at lane l.
   std::string value(ir::ValueId id) const { return "v" + std::to_string(id) + (lanes_ ? "[l]" : ""); }
 
+  // In lane mode, tensor t's first float16 element of the lane group
+  // (element_lanes' dense index i).
+  static std::string lane_pointer(int t) {
+    return "reinterpret_cast<vtpu_half*>(c.p" + std::to_string(t) + " + i * 2)";
+  }
+  int num_outputs() const { return static_cast<int>(graph_.outputs().size()); }
+
   // Defines v<id> = rhs: one constant, or in lane mode one loop over the lanes.
   void define(std::ostringstream& s, const char* type, ir::ValueId id, const std::string& rhs) const {
     if (lanes_) {
@@ -627,7 +675,7 @@ class Emitter {
   bool uses_lanes() const {
     int calls = 0;
     for (const auto& node : graph_.nodes()) {
-      if (is_float_trig(node)) return true;
+      if (is_float_trig(node) || node.type.dtype == DType::kFloat16) return true;
       calls += calls_libm(node);
     }
     return calls >= 2;
@@ -674,6 +722,11 @@ class Emitter {
       const ir::ValueId id = graph_.outputs()[static_cast<std::size_t>(k)];
       const DType dt = graph_.type(id).dtype;
       const SignBitCopy source = copied_input(id);
+      if (lanes_ && dt == DType::kFloat16 && source.position < 0) {
+        // The lanes' float values, rounded by the conversion instruction.
+        s << "  vtpu_half_lanes_store(v" << id << ", " << lane_pointer(k) << ");\n";
+        continue;
+      }
       if (lanes_) s << "  for (int l = 0; l < kLanes; ++l)\n";
       if (source.position >= 0) {
         // As uint16_t: GCC does not vectorise a loop copying a struct.
@@ -749,6 +802,11 @@ class Emitter {
       if (node.op == OpKind::Input) {
         int position = 0;
         while (inputs[static_cast<std::size_t>(position)] != id) ++position;
+        if (lanes_ && node.type.dtype == DType::kFloat16) {
+          s << "  float v" << id << "[kLanes];\n  vtpu_half_lanes_load(" << lane_pointer(num_outputs() + position)
+            << ", v" << id << ");\n";
+          continue;
+        }
         define(s, out_ct, id,
                "static_cast<" + std::string(out_ct) + ">(vtpu_load(" + load(position, node.type.dtype) + "))");
         continue;
@@ -772,6 +830,11 @@ class Emitter {
         }
         return "static_cast<" + std::string(out_ct) + ">(" + expression(node, id) + ")";
       };
+      if (lanes_ && node.type.dtype == DType::kFloat16 && consumed[i] && !is_float_trig(node)) {
+        define(s, out_ct, id, "static_cast<" + std::string(out_ct) + ">(" + expression(node, id) + ")");
+        s << "  vtpu_half_lanes_round(v" << id << ");\n";
+        continue;
+      }
       if (lanes_ && is_float_trig(node)) {
         // One test over the group's lanes (an OR reduction, vectorised),
         // then every lane on the vectorised path, or every lane through
@@ -1041,6 +1104,11 @@ GeneratedKernel generate_norm_param_grad_kernel(const ir::Graph& graph, const st
 std::string host_translation_unit(const std::vector<GeneratedKernel>& kernels) {
   std::string source =
       std::string(kLaunchAbiSource) + detail::kKernelMathSource + kPrelude + detail::kPortableHelpersSource;
+  for (const auto& kernel : kernels)
+    if (kernel.source.find("vtpu_half_lanes_") != std::string::npos) {
+      source += kHalfLanesSource;
+      break;
+    }
   for (const auto& kernel : kernels) source += kernel.source;
   return source;
 }

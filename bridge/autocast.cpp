@@ -41,6 +41,11 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   AT_FORALL_FP32_SET_OPT_DTYPE(VTPU_AUTOCAST_FP32_SET_OPT_DTYPE)
   AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(VTPU_AUTOCAST_DIFFERENT_SIGNATURE)
   AT_FORALL_PROMOTE(VTPU_AUTOCAST_PROMOTE)
+  // CUDA runs avg_pool3d in float16/bfloat16; ATen's CPU kernel, which vtpu
+  // runs, has no 16-bit version for the default layout (a 3-d network raised
+  // NotImplementedError under autocast), and CPU autocast computes it in
+  // float32: so does vtpu's.
+  KERNEL_PRIVATEUSEONE(avg_pool3d, fp32)
 }
 
 // Every other op passes through autocast untouched.

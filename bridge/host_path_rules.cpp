@@ -82,24 +82,28 @@ HostResult host_result(const c10::OperatorHandle& op, std::size_t result, const 
     }
   }
   // convolution(input, weight, ...): the CPU kernels (oneDNN and the slow
-  // ones alike) return channels-last when the input or the weight is
-  // channels-last; the meta kernel does so only for CPU and CUDA tensors.
+  // ones alike) return channels-last (channels-last-3d for 3-d convolutions
+  // and their transposes) when the input or the weight is; the meta kernel
+  // does so only for CPU and CUDA tensors.
   if (result == 0 && name == "aten::convolution" && stack.size() > first + 1 && stack[first].isTensor() &&
-      stack[first + 1].isTensor() && meta_out.dim() == 4) {
+      stack[first + 1].isTensor() && (meta_out.dim() == 4 || meta_out.dim() == 5)) {
     const at::Tensor& input = stack[first].toTensor();
     const at::Tensor& weight = stack[first + 1].toTensor();
-    const auto channels_last = [](const at::Tensor& t) {
-      return t.dim() == 4 && t.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+    const at::MemoryFormat format =
+        meta_out.dim() == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d;
+    const auto channels_last = [&](const at::Tensor& t) {
+      return t.dim() == meta_out.dim() && t.suggest_memory_format() == format;
     };
-    if (channels_last(input) || channels_last(weight)) host.memory_format = at::MemoryFormat::ChannelsLast;
+    if (channels_last(input) || channels_last(weight)) host.memory_format = format;
     return host;
   }
-  // Padding by reflection or replication and pixel (un)shuffle: the CPU
-  // kernels give the result the input's suggested memory format
-  // (channels-last in, channels-last out); the meta kernels say contiguous.
+  // Padding by reflection or replication, pixel (un)shuffle and 2-d max
+  // unpooling: the CPU kernels give the result the input's suggested memory
+  // format (channels-last in, channels-last out); the meta kernels say
+  // contiguous.
   static const std::unordered_set<std::string> keeps_input_layout = {
-      "aten::reflection_pad2d", "aten::reflection_pad3d", "aten::replication_pad2d",
-      "aten::replication_pad3d", "aten::pixel_shuffle",   "aten::pixel_unshuffle"};
+      "aten::reflection_pad2d", "aten::reflection_pad3d", "aten::replication_pad2d", "aten::replication_pad3d",
+      "aten::pixel_shuffle",    "aten::pixel_unshuffle",  "aten::max_unpool2d"};
   if (result == 0 && keeps_input_layout.count(name) && stack.size() > first && stack[first].isTensor() &&
       stack[first].toTensor().dim() == meta_out.dim()) {
     const at::MemoryFormat format = stack[first].toTensor().suggest_memory_format();

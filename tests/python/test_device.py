@@ -1,4 +1,5 @@
 """The device itself: names, the torch.vtpu module, tensor/module/storage methods."""
+import copy
 import io
 import warnings
 
@@ -246,6 +247,32 @@ def test_autocast_to_float32_runs_lower_precision_ops_in_float32_as_cuda():
             product = torch.mm(a.to("vtpu"), b.to("vtpu"))  # bf16 @ f32 raises without autocast
     assert product.dtype == torch.float32
     torch.testing.assert_close(product.cpu(), a.float() @ b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_3d_network_with_avg_pool3d_trains_under_autocast_as_on_the_cpu(dtype):
+    # avg_pool3d has no 16-bit CPU kernel (the one vtpu runs); CUDA's policy
+    # left it in the convolution's dtype and the step raised NotImplementedError
+    # (found by a review of vision workloads). Computed in float32, as CPU
+    # autocast does.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv3d(2, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AvgPool3d(2),
+                                torch.nn.Flatten(), torch.nn.Linear(4 * 2 * 2 * 2, 3))
+    x = torch.randn(2, 2, 4, 4, 4)
+    with torch.autocast("cpu", dtype=dtype):
+        want = model(x)
+    want.float().sum().backward()
+    want_grad = model[0].weight.grad.clone()
+    device_model = copy.deepcopy(model).to("vtpu")
+    device_model.zero_grad()
+    with torch.autocast("vtpu", dtype=dtype):
+        pooled = device_model[:3](x.to("vtpu"))
+        got = device_model[3:](pooled)
+    assert pooled.dtype == torch.float32
+    got.float().sum().backward()
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.float().cpu(), want.float(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(device_model[0].weight.grad.cpu(), want_grad, rtol=5e-2, atol=5e-2)
 
 
 @pytest.mark.parametrize("mode", ["debug", "strict", "fused"])

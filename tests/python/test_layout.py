@@ -171,6 +171,7 @@ LAYOUT_KEEPING_OPS = {
     "replicate_pad3d": (5, lambda t: F.pad(t, (1, 2, 1, 1, 2, 1), mode="replicate")),
     "pixel_shuffle": (4, lambda t: F.pixel_shuffle(t, 2)),
     "pixel_unshuffle": (4, lambda t: F.pixel_unshuffle(t, 2)),
+    "max_unpool2d": (4, lambda t: F.max_unpool2d(*F.max_pool2d(t, 2, return_indices=True), 2)),
 }
 
 
@@ -198,6 +199,36 @@ def test_pads_and_pixel_shuffles_of_channels_last_inputs_match_the_cpu(mode, nam
         got.backward(grad.to("vtpu"))
         assert xv.grad.stride() == xc.grad.stride()
         torch.testing.assert_close(xv.grad.cpu(), xc.grad, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused", "debug"])
+def test_3d_convolutions_keep_channels_last_3d_as_the_cpu(mode):
+    # The CPU's 3-d convolutions and their transposes return channels-last-3d
+    # when the input or the weight is; vtpu returned them contiguous (found by
+    # a review of vision workloads; 2-d convolutions were right).
+    torch_vtpu.set_mode(mode)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 4, 5, 6, 7, generator=g)
+    convs = {"conv3d": (torch.randn(3, 4, 3, 3, 3, generator=g), lambda t, w: F.conv3d(t, w, padding=1)),
+             "conv_transpose3d": (torch.randn(4, 3, 3, 3, 3, generator=g),
+                                  lambda t, w: F.conv_transpose3d(t, w, stride=2))}
+    cl = torch.channels_last_3d
+    for name, (weight, conv) in convs.items():
+        for x_format, w_format in ((cl, torch.contiguous_format), (torch.contiguous_format, cl), (cl, cl),
+                                   (torch.contiguous_format, torch.contiguous_format)):
+            xc = x.clone(memory_format=x_format).requires_grad_(True)
+            wc = weight.clone(memory_format=w_format).requires_grad_(True)
+            xv = xc.detach().to("vtpu").requires_grad_(True)
+            wv = wc.detach().to("vtpu").requires_grad_(True)
+            want, got = conv(xc, wc), conv(xv, wv)
+            case = (name, x_format, w_format)
+            assert got.stride() == want.stride(), (case, got.stride(), want.stride())
+            torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-5)
+            grad = torch.randn(want.shape, generator=g)
+            want.backward(grad)
+            got.backward(grad.to("vtpu"))
+            torch.testing.assert_close(xv.grad.cpu(), xc.grad, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(wv.grad.cpu(), wc.grad, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])

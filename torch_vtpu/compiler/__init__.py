@@ -18,7 +18,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence
 import torch
 import torch.fx as fx
 
-from .decompositions import vtpu_decompositions
+from .decompositions import interpolation_kept_whole, vtpu_decompositions
 from .options import CompileOptions
 from .program import CompiledGraph, counters
 
@@ -57,7 +57,10 @@ def vtpu_backend(gm: fx.GraphModule, example_inputs: List[Any], options: Optiona
         partition_fn=min_cut_rematerialization_partition if parsed.recompute else default_partition,
         keep_inference_input_mutations=True,
     )
-    return aot(gm, example_inputs)
+    # Training graphs are traced here (forward and backward together);
+    # inference graphs too.
+    with interpolation_kept_whole():
+        return aot(gm, example_inputs)
 
 
 def register() -> None:

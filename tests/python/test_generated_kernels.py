@@ -878,3 +878,32 @@ def test_float16_lane_groups_convert_as_the_cpu_and_the_element_loop():
             torch.testing.assert_close(reference, want_cpu, rtol=0, atol=0, equal_nan=True)
         else:
             torch.testing.assert_close(reference, want_cpu, equal_nan=True)
+
+    # Rows with a broadcast operand (a bias, a per-row scale) take lane groups
+    # along each row, 67 elements: four groups and a remainder per row.
+    a = torch.randn(257, 67, generator=g).mul(8).half()
+    row, col = torch.randn(67, generator=g).half(), torch.randn(257, 1, generator=g).half()
+    row_programs = {
+        "bias": lambda t, r, k: t + r,
+        "scale": lambda t, r, k: t * k,
+        "chain": lambda t, r, k: torch.nn.functional.silu(t * k + r) - r,
+        "to_float": lambda t, r, k: (t - r).float() / 3,
+    }
+    for name, fn in row_programs.items():
+        results = {}
+        for mode in ("strict", "fused"):
+            with torch_vtpu.mode(mode):
+                av, rv, kv = a.to("vtpu"), row.to("vtpu"), col.to("vtpu")
+                for _ in range(2):
+                    results[mode] = fn(av, rv, kv).cpu()
+                    torch_vtpu._C._wait_for_fusion_compiles()
+                # A column-strided view: the element loop.
+                strided = torch.empty(257, 134, dtype=torch.float16, device="vtpu")[:, ::2].copy_(av)
+                results[mode + " strided"] = fn(strided, rv, kv).cpu()
+        reference = results["strict strided"]
+        for key, got in results.items():
+            assert torch.equal(got.view(torch.int16 if got.dtype == torch.float16 else torch.int32),
+                               reference.view(torch.int16 if got.dtype == torch.float16 else torch.int32)), (name, key)
+        torch.testing.assert_close(reference, fn(a, row, col), equal_nan=True,
+                                   rtol=0 if name in ("bias", "scale") else None,
+                                   atol=0 if name in ("bias", "scale") else None)

@@ -307,11 +307,44 @@ class Emitter {
     emit_body(s, num_outputs);
     s << "}\n";
     const bool lanes = (all_contiguous || rank == 0) && uses_lanes();
+    if (lanes || (rank > 0 && has_float16())) s << "constexpr int kLanes = 16;\n";
     if (lanes) {
-      s << "constexpr int kLanes = 16;\n"
-        << "inline void element_lanes(const Context& c, int64_t i) {\n";
+      s << "inline void element_lanes(const Context& c, int64_t i) {\n";
       lanes_ = true;
+      lane_base_ = [](int) { return std::string("i"); };
       emit_body(s, num_outputs, [](int) { return std::string("(i + l)"); });
+      lanes_ = false;
+      s << "}\n";
+    }
+    // The rows loop's steps per input (0: broadcast along the row, 1: unit
+    // stride), fixed by the graph or checked at launch (strided inputs).
+    const std::optional<std::vector<int>> steps = inner_steps();
+    std::vector<int> row_steps;
+    std::string unit_inner;
+    if (steps) {
+      row_steps = *steps;
+    } else if (rank > 0) {
+      for (std::size_t i = 0; i < graph_.inputs().size(); ++i) {
+        const int step = inner_step(graph_.inputs()[i]);
+        row_steps.push_back(step < 0 ? 1 : step);
+        if (step < 0)
+          unit_inner += " && c.strides[" + std::to_string(num_outputs + static_cast<int>(i)) + "][" +
+                        std::to_string(rank - 1) + "] == 1";
+      }
+    }
+    // Float16 rows (a bias added, a row scaled by a broadcast weight) convert
+    // in lane groups too; a broadcast operand is one element for all lanes.
+    const bool row_lanes = rank > 0 && has_float16();
+    if (row_lanes) {
+      const auto row_step = [&](int t) { return t < num_outputs ? 1 : row_steps[static_cast<std::size_t>(t - num_outputs)]; };
+      s << "inline void element_row_lanes(const Context& c, int64_t j";
+      for (int t = 0; t < num_outputs + num_inputs; ++t) s << ", int64_t b" << t;
+      s << ") {\n";
+      lanes_ = true;
+      lane_base_ = [&](int t) { return row_step(t) == 1 ? "(b" + std::to_string(t) + " + j)" : std::string(); };
+      emit_body(s, num_outputs, [&](int t) {
+        return row_step(t) == 1 ? "(b" + std::to_string(t) + " + j + l)" : "b" + std::to_string(t);
+      });
       lanes_ = false;
       s << "}\n";
     }
@@ -346,24 +379,10 @@ class Emitter {
       s << ");\n";
       if (rank > 0) s << "  return;\n  }\n";
     }
-    const std::optional<std::vector<int>> steps = inner_steps();
-    if (rank > 0 && steps) {
-      emit_rows_loop(s, rank, num_outputs, *steps, "");
-    } else if (rank > 0) {
-      // Strided inputs (a transposed view, a permuted copy) usually still
-      // have unit stride along the innermost dim: checked at launch, they
-      // then take the rows loop too, instead of an odometer step per element.
-      std::vector<int> assumed;
-      std::string unit_inner;
-      for (std::size_t i = 0; i < graph_.inputs().size(); ++i) {
-        const int step = inner_step(graph_.inputs()[i]);
-        assumed.push_back(step < 0 ? 1 : step);
-        if (step < 0)
-          unit_inner += " && c.strides[" + std::to_string(num_outputs + static_cast<int>(i)) + "][" +
-                        std::to_string(rank - 1) + "] == 1";
-      }
-      emit_rows_loop(s, rank, num_outputs, assumed, unit_inner);
-    }
+    // Strided inputs (a transposed view, a permuted copy) usually still have
+    // unit stride along the innermost dim: checked at launch (unit_inner),
+    // they then take the rows loop too, instead of an odometer step per element.
+    if (rank > 0) emit_rows_loop(s, rank, num_outputs, row_steps, unit_inner, row_lanes);
     if (rank >= 2) {
       emit_columns_loop(s, rank, num_outputs);
       emit_tiles_loop(s, rank, num_outputs + num_inputs);
@@ -472,7 +491,7 @@ class Emitter {
   // stride along the row (checked at launch: out= views may not) and
   // `condition` (more launch-time checks, each starting with " && ") holds.
   void emit_rows_loop(std::ostringstream& s, int rank, int num_outputs, const std::vector<int>& steps,
-                      const std::string& condition) const {
+                      const std::string& condition, bool lanes) const {
     const int num_tensors = num_outputs + static_cast<int>(steps.size());
     auto step = [&](int t) { return t < num_outputs ? 1 : steps[static_cast<std::size_t>(t - num_outputs)]; };
     s << "  if (c.unit_rows" << condition << ") {\n"
@@ -486,8 +505,14 @@ class Emitter {
     }
     s << "    for (int64_t i = begin; i < end;) {\n"
       << "      const int64_t stop = std::min<int64_t>(n, col + (end - i));\n"
-      << "      #pragma GCC ivdep\n"
-      << "      for (int64_t j = col; j < stop; ++j) element(c";
+      << "      int64_t j = col;\n";
+    if (lanes) {
+      s << "      for (; j + kLanes <= stop; j += kLanes) element_row_lanes(c, j";
+      for (int t = 0; t < num_tensors; ++t) s << ", b" << t;
+      s << ");\n";
+    }
+    s << "      #pragma GCC ivdep\n"
+      << "      for (; j < stop; ++j) element(c";
     for (int t = 0; t < num_tensors; ++t) s << ", b" << t << (step(t) == 1 ? " + j" : "");
     s << ");\n"
       << "      i += stop - col;\n      col = 0;\n"
@@ -624,10 +649,11 @@ class Emitter {
   // lane mode (below) arrays of kLanes elements, read at lane l.
   std::string value(ir::ValueId id) const { return "v" + std::to_string(id) + (lanes_ ? "[l]" : ""); }
 
-  // In lane mode, tensor t's first float16 element of the lane group
-  // (element_lanes' dense index i).
-  static std::string lane_pointer(int t) {
-    return "reinterpret_cast<vtpu_half*>(c.p" + std::to_string(t) + " + i * 2)";
+  // In lane mode, tensor t's first float16 element of the lane group (its
+  // element offset lane_base_(t)); lane_base_ is empty for a tensor
+  // broadcast along the lanes.
+  std::string lane_pointer(int t) const {
+    return "reinterpret_cast<vtpu_half*>(c.p" + std::to_string(t) + " + " + lane_base_(t) + " * 2)";
   }
   int num_outputs() const { return static_cast<int>(graph_.outputs().size()); }
 
@@ -672,10 +698,17 @@ class Emitter {
   // C library (element by element) when any lane is beyond it
   // (emit_values); a scalar loop calling vtpu_sin, which may call the
   // library, is not vectorised.
+  bool has_float16() const {
+    for (const auto& node : graph_.nodes())
+      if (node.type.dtype == DType::kFloat16) return true;
+    return false;
+  }
+
   bool uses_lanes() const {
+    if (has_float16()) return true;
     int calls = 0;
     for (const auto& node : graph_.nodes()) {
-      if (is_float_trig(node) || node.type.dtype == DType::kFloat16) return true;
+      if (is_float_trig(node)) return true;
       calls += calls_libm(node);
     }
     return calls >= 2;
@@ -802,7 +835,7 @@ class Emitter {
       if (node.op == OpKind::Input) {
         int position = 0;
         while (inputs[static_cast<std::size_t>(position)] != id) ++position;
-        if (lanes_ && node.type.dtype == DType::kFloat16) {
+        if (lanes_ && node.type.dtype == DType::kFloat16 && !lane_base_(num_outputs() + position).empty()) {
           s << "  float v" << id << "[kLanes];\n  vtpu_half_lanes_load(" << lane_pointer(num_outputs() + position)
             << ", v" << id << ");\n";
           continue;
@@ -1035,6 +1068,7 @@ class Emitter {
 
   const ir::Graph& graph_;
   bool lanes_ = false;  // lane mode of emit_values (uses_lanes)
+  std::function<std::string(int)> lane_base_;  // lane mode: see lane_pointer
   // While set, float sin/cos are spelled as their vectorised path alone
   // (emit_values' lane groups with no argument beyond 2^24).
   mutable bool reduced_trig_ = false;

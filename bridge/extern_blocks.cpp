@@ -51,6 +51,8 @@ struct GemmBlocks {
   bool bias_by_row = false;          // a (M, N) bias is split with the rows
   c10::Scalar beta, alpha;
   FirstError error;
+  // Runs after each block, on the thread that ran it (a fused epilogue).
+  const GemmBlockHook* after = nullptr;
 };
 
 // Columns [begin, begin + count) of the product: the right-hand matrix's
@@ -78,6 +80,7 @@ void run_blocks(std::int64_t first, std::int64_t last, void* raw) {
     for_blocks(first, last, job.block_size, total, [&](std::int64_t begin, std::int64_t count) {
       if (job.by_columns) {
         run_column_block(job, begin, count);
+        if (job.after != nullptr) job.after->after_block(1, begin, count);
         return;
       }
       at::Tensor out = job.out.narrow(0, begin, count);
@@ -88,6 +91,7 @@ void run_blocks(std::int64_t first, std::int64_t last, void* raw) {
       } else {
         at::mm_out(out, mat1, job.mat2);
       }
+      if (job.after != nullptr) job.after->after_block(0, begin, count);
     });
   });
 }
@@ -107,8 +111,9 @@ void run_skinny_columns(std::int64_t begin, std::int64_t end, void* raw) {
 // weight (decoding one token, or a few): our memory-bound kernel on the pool
 // by column blocks
 // (vtpu/runtime/skinny_gemm.h; MKL runs it on one thread at a third of the
-// bandwidth). `job` has passed run_gemm_in_row_blocks' checks.
-bool run_skinny_gemm(const GemmBlocks& job) {
+// bandwidth). Fills `g` and says whether it takes `job`, which has passed
+// plan_gemm's checks.
+bool plan_skinny_gemm(const GemmBlocks& job, runtime::SkinnyGemm& g) {
   const at::Tensor& out = job.out;
   const std::int64_t rows = out.size(0), k = job.mat1.size(1), n = out.size(1);
   // A right-hand matrix under 64 KB stays in a core's cache, where MKL is as
@@ -119,7 +124,6 @@ bool run_skinny_gemm(const GemmBlocks& job) {
       k * n * item < kMinRightHandBytes)
     return false;
   if (job.mat2.stride(0) != 1 || (job.mat1.stride(1) != 1 && k > 1)) return false;
-  runtime::SkinnyGemm g;
   g.dtype = out.scalar_type() == at::kBFloat16 ? runtime::SkinnyGemmDtype::kBFloat16 : runtime::SkinnyGemmDtype::kFloat32;
   g.rows = rows;
   g.k = k;
@@ -141,19 +145,27 @@ bool run_skinny_gemm(const GemmBlocks& job) {
     g.alpha = job.alpha.to<float>();
     g.beta = job.beta.to<float>();
   }
-  if (!runtime::skinny_gemm_accepts(g)) return false;
-  // Chunks of at least ~32 KB of the weight: smaller ones are not worth a
-  // helper's wake-up; a product below one chunk runs on the calling thread.
-  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / (k * item));
-  parallel_over(n, grain, &run_skinny_columns, &g);
-  g_skinny_runs.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return runtime::skinny_gemm_accepts(g);
 }
 
-}  // namespace
+void run_skinny_gemm(const GemmBlocks& job, const runtime::SkinnyGemm& g) {
+  // Chunks of at least ~32 KB of the weight: smaller ones are not worth a
+  // helper's wake-up; a product below one chunk runs on the calling thread.
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, (std::int64_t{1} << 15) / (job.mat1.size(1) * job.out.element_size()));
+  parallel_over(job.out.size(1), grain, &run_skinny_columns, const_cast<runtime::SkinnyGemm*>(&g));
+  g_skinny_runs.fetch_add(1, std::memory_order_relaxed);
+}
 
-bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
-  GemmBlocks job;
+// How a product runs: ATen's kernel (the caller's), the skinny GEMM, or
+// MKL in row or column blocks on the pool.
+enum class GemmRoute { kAten, kSkinny, kRows, kColumns };
+
+// Reads the out= call `s` of `name` into `job` and decides its route, from
+// the operands' dtypes, shapes, strides and addresses only (so a product
+// planned at dispatch runs the same way on the stream). Runs nothing.
+GemmRoute plan_gemm(const std::string& name, const torch::jit::Stack& s, GemmBlocks& job,
+                    runtime::SkinnyGemm& skinny) {
   if (name == "aten::mm.out" && s.size() == 3) {
     job.mat1 = s[0].toTensor();
     job.mat2 = s[1].toTensor();
@@ -166,25 +178,25 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
     job.alpha = s[4].toScalar();
     job.out = s[5].toTensor();
   } else {
-    return false;
+    return GemmRoute::kAten;
   }
   const at::Tensor& out = job.out;
   // float32 (and bfloat16 for the skinny GEMM; other dtypes take other GEMM
   // kernels), the out= buffer the dispatch allocated: row-major, so a block
   // of rows is a block of memory.
   const at::ScalarType dtype = out.scalar_type();
-  if (dtype != at::kFloat && dtype != at::kBFloat16) return false;
+  if (dtype != at::kFloat && dtype != at::kBFloat16) return GemmRoute::kAten;
   for (const at::Tensor* t : {&job.mat1, &job.mat2, &job.out})
-    if (t->scalar_type() != dtype || t->dim() != 2) return false;
+    if (t->scalar_type() != dtype || t->dim() != 2) return GemmRoute::kAten;
   if (!out.is_contiguous() || out.size(0) != job.mat1.size(0) || out.size(1) != job.mat2.size(1) ||
       job.mat1.size(1) != job.mat2.size(0))
-    return false;
+    return GemmRoute::kAten;
   if (job.bias.defined()) {
-    if (job.bias.scalar_type() != dtype || job.bias.dim() > 2) return false;
+    if (job.bias.scalar_type() != dtype || job.bias.dim() > 2) return GemmRoute::kAten;
     job.bias_by_row = job.bias.dim() == 2 && job.bias.size(0) == out.size(0) && out.size(0) > 1;
     // A bias of the wrong shape: ATen's kernel raises, naming the whole
     // product's sizes (a block's call would name the block's).
-    if (!at::is_expandable_to(job.bias.sizes(), out.sizes())) return false;
+    if (!at::is_expandable_to(job.bias.sizes(), out.sizes())) return GemmRoute::kAten;
   }
   // An out= whose memory overlaps an operand: every block reads all of
   // mat2 and (unless it is split by rows) the bias while others write, and
@@ -196,9 +208,9 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
                              job.bias.sizes() == out.sizes() && job.bias.strides() == out.strides();
   if (spans_intersect(out, job.mat1) || spans_intersect(out, job.mat2) ||
       (job.bias.defined() && !in_place_bias && spans_intersect(out, job.bias)))
-    return false;
-  if (run_skinny_gemm(job)) return true;
-  if (dtype != at::kFloat || !row_blocks_enabled() || mkl_set_local_threads() == nullptr) return false;
+    return GemmRoute::kAten;
+  if (plan_skinny_gemm(job, skinny)) return GemmRoute::kSkinny;
+  if (dtype != at::kFloat || !row_blocks_enabled() || mkl_set_local_threads() == nullptr) return GemmRoute::kAten;
   const std::int64_t rows = out.size(0), k = job.mat1.size(1), n = out.size(1);
   // Blocks of at least 16 rows and ~1M multiply-adds (each block packs the
   // right-hand matrix again, which 16 rows amortise, and a smaller block is
@@ -212,7 +224,7 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
   // products ran 20-50% slower in blocks, each block packing the right-hand
   // matrix again), for a right-hand matrix beyond a core's L2, and for much
   // work in too few rows to share.
-  if (rows * per_row > (std::int64_t{1} << 26)) return false;
+  if (rows * per_row > (std::int64_t{1} << 26)) return GemmRoute::kAten;
   // A transposed right-hand matrix (column-major: nn.Linear's x @ W.t())
   // is split by columns. Each row block would pack the whole right-hand
   // matrix again, transposing it as it packs; each column block packs only
@@ -229,18 +241,44 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s) {
       n >= 2 * min_columns) {
     job.by_columns = true;
     job.block_size = std::max(min_columns, (n + kMaxBlocks - 1) / kMaxBlocks);
-    parallel_over((n + job.block_size - 1) / job.block_size, 1, &run_blocks, &job);
-    job.error.rethrow();
-    g_row_block_runs.fetch_add(1, std::memory_order_relaxed);
-    g_column_block_runs.fetch_add(1, std::memory_order_relaxed);
-    return true;
+    return GemmRoute::kColumns;
   }
-  if (per_row > kMaxRightHandElements) return false;
-  if (rows < 2 * min_rows && rows * per_row > (std::int64_t{1} << 23)) return false;
+  if (per_row > kMaxRightHandElements) return GemmRoute::kAten;
+  if (rows < 2 * min_rows && rows * per_row > (std::int64_t{1} << 23)) return GemmRoute::kAten;
   job.block_size = std::max(min_rows, (rows + kMaxBlocks - 1) / kMaxBlocks);
-  parallel_over((rows + job.block_size - 1) / job.block_size, 1, &run_blocks, &job);
+  return GemmRoute::kRows;
+}
+
+}  // namespace
+
+bool gemm_runs_in_blocks(const std::string& name, const torch::jit::Stack& out_stack) {
+  GemmBlocks job;
+  runtime::SkinnyGemm skinny;
+  const GemmRoute route = plan_gemm(name, out_stack, job, skinny);
+  return route == GemmRoute::kRows || route == GemmRoute::kColumns;
+}
+
+bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s, const GemmBlockHook* after) {
+  GemmBlocks job;
+  runtime::SkinnyGemm skinny;
+  switch (plan_gemm(name, s, job, skinny)) {
+    case GemmRoute::kAten:
+      return false;
+    case GemmRoute::kSkinny:
+      run_skinny_gemm(job, skinny);
+      if (after != nullptr) after->after_product();
+      return true;
+    case GemmRoute::kRows:
+    case GemmRoute::kColumns:
+      break;
+  }
+  const int dim = job.by_columns ? 1 : 0;
+  if (after != nullptr && after->takes_blocks(dim)) job.after = after;
+  parallel_over((job.out.size(dim) + job.block_size - 1) / job.block_size, 1, &run_blocks, &job);
   job.error.rethrow();
+  if (after != nullptr && job.after == nullptr) after->after_product();
   g_row_block_runs.fetch_add(1, std::memory_order_relaxed);
+  if (job.by_columns) g_column_block_runs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

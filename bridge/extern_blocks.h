@@ -27,7 +27,33 @@ namespace vtpu::bridge {
 // Returns false, having done nothing, when the op, dtypes or layout are not
 // handled (or MKL's per-thread control is missing from this torch build):
 // the caller runs ATen's kernel.
-bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& out_stack);
+// `after`, when given, sees the whole product once it is written: block by
+// block on the threads that ran them where it takes blocks along the split
+// dimension (a matrix product's fused epilogue, matmul_epilogue.h), else
+// once after the last block.
+class GemmBlockHook;
+bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& out_stack,
+                            const GemmBlockHook* after = nullptr);
+
+// Whether run_gemm_in_row_blocks runs this out= call in row or column blocks
+// of MKL: decided from the operands' dtypes, shapes, strides and addresses,
+// so the answer at dispatch holds when the product runs.
+bool gemm_runs_in_blocks(const std::string& name, const torch::jit::Stack& out_stack);
+
+// Work that runs over parts of a product as soon as they are written.
+class GemmBlockHook {
+ public:
+  virtual ~GemmBlockHook() = default;
+  // Whether after_block() takes blocks of the product's rows (dim 0) or
+  // columns (dim 1).
+  virtual bool takes_blocks(int dim) const = 0;
+  // Rows or columns [begin, begin + count) of the product are final. Called
+  // concurrently for disjoint blocks; must not throw.
+  virtual void after_block(int dim, std::int64_t begin, std::int64_t count) const = 0;
+  // The whole product is final (it ran otherwise than in blocks this hook
+  // takes).
+  virtual void after_product() const = 0;
+};
 
 // Products run by the skinny GEMM so far.
 std::uint64_t skinny_gemm_runs();

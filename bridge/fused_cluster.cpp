@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -12,8 +13,10 @@
 #include <variant>
 
 #include "device_context.h"
+#include "call_site.h"
 #include "fused_compiler.h"
 #include "generated_kernels.h"
+#include "matmul_epilogue.h"
 #include "vtpu/compiler/kernel_provider.h"
 #include "vtpu/ir/graph.h"
 #include "vtpu/runtime/error.h"
@@ -165,6 +168,28 @@ bool read_elsewhere(const std::vector<Cluster>& clusters, std::size_t index, con
   return !overwritten;
 }
 
+// A cluster's fused kernel and its launch, ready to queue.
+struct PreparedCluster {
+  KernelLaunch launch;
+  std::int64_t numel = 0;
+  bool flat = false;
+  std::vector<std::size_t> itemsizes;  // per launch tensor
+  std::vector<const void*> reads, writes;
+  std::string label;
+};
+
+enum class Prepared {
+  kReady,       // `out` holds the fused launch (stats counted)
+  kNotReady,    // the fused kernel is not built (yet): run the ops unfused
+  kNothingToRun  // every result is dead (stats counted)
+};
+
+// Binds cluster `index`'s operands, spells its pattern and looks up (or
+// requests) its fused kernel. `may_flatten`: a dense cluster may run as one
+// flat dim (a product's epilogue run over column blocks needs its dims).
+Prepared prepare_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clusters, std::size_t index,
+                         const UseMap& uses, FusionStats& stats, bool may_flatten, PreparedCluster& out);
+
 }  // namespace
 
 void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clusters, std::size_t index,
@@ -174,11 +199,59 @@ void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clus
     launch_unfused(ops, cluster, stats, batch);
     return;
   }
+  PreparedCluster prepared;
+  switch (prepare_cluster(ops, clusters, index, uses, stats, /*may_flatten=*/true, prepared)) {
+    case Prepared::kNothingToRun:
+      return;
+    case Prepared::kNotReady:
+      launch_unfused(ops, cluster, stats, batch);
+      return;
+    case Prepared::kReady:
+      break;
+  }
+  ++stats.fused_kernels;
+  ++stats.ops_per_kernel[cluster.ops.size()];
+  DeviceContext::get().metrics().count_kernel();
+  count_generated_launches(1);
+  batch.add(std::move(prepared.launch), prepared.numel, std::move(prepared.reads), std::move(prepared.writes),
+            prepared.label);
+}
+
+void launch_product_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clusters, std::size_t index,
+                            const UseMap& uses, FusionStats& stats, LaunchBatch& batch, WindowProduct& product) {
+  batch.enqueue();
+  const Cluster& cluster = clusters[index];
+  PreparedCluster prepared;
+  const Prepared state = cluster.ops.empty()
+                             ? Prepared::kNothingToRun
+                             : prepare_cluster(ops, clusters, index, uses, stats, !product.by_columns, prepared);
+  std::shared_ptr<const MatmulEpilogue> epilogue;
+  if (state == Prepared::kReady) {
+    epilogue = std::make_shared<const MatmulEpilogue>(std::move(prepared.launch), std::move(prepared.itemsizes),
+                                                      prepared.flat, product.columns);
+    ++stats.matmul_epilogues;
+    stats.matmul_epilogue_ops += cluster.ops.size();
+    count_generated_launches(1);
+  }
+  {
+    // The product's task names the line that issued it, not the flush's.
+    const CallSiteScope site(product.site);
+    DeviceContext::get().enqueue_task([run = std::move(product.run), epilogue] { run(epilogue.get()); },
+                                      product.name);
+  }
+  if (state == Prepared::kNotReady) launch_unfused(ops, cluster, stats, batch);
+}
+
+namespace {
+
+Prepared prepare_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clusters, std::size_t index,
+                         const UseMap& uses, FusionStats& stats, bool may_flatten, PreparedCluster& out) {
+  const Cluster& cluster = clusters[index];
   const std::size_t rank = cluster.iter_sizes.size();
   // Flatten when every tensor covers one dense block and all walk it alike
   // (all contiguous, or all channels-last...): element i of the block is the
   // same element of each, and one kernel serves every rank and layout.
-  bool flat = rank >= 1 && cluster.reduction_out == nullptr;  // a reduction keeps its dims
+  bool flat = may_flatten && rank >= 1 && cluster.reduction_out == nullptr;  // a reduction keeps its dims
   const compiler::VtpuTensorArg& reference = ops[cluster.ops.front()].out.arg;
   flat = flat && dense_in(reference, cluster.iter_sizes);
   for (std::size_t i : cluster.ops)
@@ -293,6 +366,7 @@ void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clus
     }
     outputs.push_back(written[i].second);
     args.push_back(launch_arg(*written_operand[i]));
+    out.itemsizes.push_back(ir::itemsize(written_operand[i]->dtype));
     append_tagged(pattern, 'o', written[i].second);
     if (!flat) append_layout_word(pattern, written_operand[i]->arg, cluster.iter_sizes);
   }
@@ -301,9 +375,12 @@ void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clus
     for (std::int64_t size : cluster.iter_sizes) pattern += size == 1 ? "#1" : "#n";
   if (outputs.empty()) {  // every result is dead: nothing to run
     stats.dead_stores_skipped += dead;
-    return;
+    return Prepared::kNothingToRun;
   }
-  for (const WindowOperand* in : loaded_operand) args.push_back(launch_arg(*in));
+  for (const WindowOperand* in : loaded_operand) {
+    args.push_back(launch_arg(*in));
+    out.itemsizes.push_back(ir::itemsize(in->dtype));
+  }
 
   BackgroundCompiler& builder = fused_compiler();
   compiler::VtpuKernelFn fn = nullptr;
@@ -361,34 +438,31 @@ void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clus
   }
   if (fn == nullptr) {
     ++stats.pattern_misses;
-    launch_unfused(ops, cluster, stats, batch);
-    return;
+    return Prepared::kNotReady;
   }
   ++stats.pattern_hits;
-  ++stats.fused_kernels;
-  ++stats.ops_per_kernel[cluster.ops.size()];
   stats.dead_stores_skipped += dead;
-  DeviceContext::get().metrics().count_kernel();
-  count_generated_launches(1);
-  std::vector<const void*> reads, writes;
-  for (const Geometry& g : loaded) reads.push_back(g.storage);
+  for (const Geometry& g : loaded) out.reads.push_back(g.storage);
   // Only stored buffers: a dead store's block is not touched by this kernel,
   // and a later chain may reuse it in the same batch.
   for (std::size_t i = 0; i < written.size(); ++i)
     if (std::find(outputs.begin(), outputs.end(), written[i].second) != outputs.end())
-      writes.push_back(written[i].first.storage);
+      out.writes.push_back(written[i].first.storage);
   // VTPU_PROFILE_FUSED_NAMES=1 with per-op timing: device time by fused
   // pattern ("fused[elements]:op,op,...") instead of one "fused_kernel" row.
   static const bool name_patterns = env_switch("VTPU_PROFILE_FUSED_NAMES", false);
-  std::string label;
   if (name_patterns && DeviceContext::get().metrics().per_op_timing()) {
-    label = "fused[" + std::to_string(numel) + "]:";
+    out.label = "fused[" + std::to_string(numel) + "]:";
     for (std::size_t position = 0; position < cluster.ops.size() && position < 12; ++position)
-      label += std::string(ir::name(ops[cluster.ops[position]].op)) + (position + 1 < cluster.ops.size() ? "," : "");
+      out.label += std::string(ir::name(ops[cluster.ops[position]].op)) + (position + 1 < cluster.ops.size() ? "," : "");
   }
-  batch.add(KernelLaunch{fn, static_cast<std::int64_t>(sizes.size()), std::move(args), std::move(scalars)}, numel,
-            std::move(reads), std::move(writes), label);
+  out.launch = KernelLaunch{fn, static_cast<std::int64_t>(sizes.size()), std::move(args), std::move(scalars)};
+  out.numel = numel;
+  out.flat = flat;
+  return Prepared::kReady;
 }
+
+}  // namespace
 
 void LaunchBatch::add(KernelLaunch launch, std::int64_t elements, std::vector<const void*> reads,
                       std::vector<const void*> writes, const std::string& label) {

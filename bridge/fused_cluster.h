@@ -103,4 +103,11 @@ class LaunchBatch {
 void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clusters, std::size_t index,
                     const UseMap& uses, FusionStats& stats, LaunchBatch& batch);
 
+// Launches cluster `index`, which is `product`'s (fused_window.h): the
+// product with its ops as a fused epilogue when their kernel is ready, else
+// the product and then its ops on strict's single-op kernels (requesting the
+// fused one). Queues `batch` first.
+void launch_product_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clusters, std::size_t index,
+                            const UseMap& uses, FusionStats& stats, LaunchBatch& batch, WindowProduct& product);
+
 }  // namespace vtpu::bridge::fused

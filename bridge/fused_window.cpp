@@ -50,6 +50,7 @@ struct Contact {
 class Window {
  public:
   void record(WindowOp op);
+  void record_product(WindowProduct product);
   void flush(const char* reason, bool count);
   void end_chain();
   FusionStats stats() {
@@ -63,6 +64,12 @@ class Window {
 
  private:
   std::size_t choose_cluster(const WindowOp& op, const std::vector<Geometry>& geometries, bool& joins);
+  // The first op over the pending product's result gives its cluster the
+  // op's iteration space when that flattens to the product's (a linear
+  // layer's (batch, sequence, features) over a (batch * sequence, features)
+  // product).
+  void adopt_product_shape(const WindowOp& op, const std::vector<Geometry>& geometries);
+  bool holds_work() const { return !ops_.empty() || product_.has_value(); }
   // Launches the clusters; `hold` keeps their kernels in held_ (end_chain)
   // instead of queueing them.
   void flush_locked(std::vector<WindowOp>& released, bool hold = false);
@@ -76,6 +83,8 @@ class Window {
   // they keep their place in the stream's order.
   fused::LaunchBatch held_;
   std::vector<Cluster> clusters_;
+  // A product waiting for its epilogue: cluster 0 (fused_window.h).
+  std::optional<WindowProduct> product_;
   UseMap uses_;
   std::vector<Geometry> scratch_geometries_;  // reused by record()
   std::vector<Contact> scratch_contacts_;     // reused by choose_cluster()
@@ -236,8 +245,10 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
   std::size_t target = clusters_.size();
   for (std::size_t k : related) {
     const Contact& c = op_contacts[k];
+    // A product's epilogue runs block by block: elementwise ops only.
+    const bool product_allows = !(product_ && k == 0 && op.reduction);
     if (c.compatible && clusters_[k].iter_sizes == op.iter_sizes && clusters_[k].ops.size() < kMaxOpsPerCluster &&
-        reduction_allows(uses_, ops_, clusters_[k], k, op, geometries)) {
+        product_allows && reduction_allows(uses_, ops_, clusters_[k], k, op, geometries)) {
       target = k;
       joins = true;
       break;
@@ -252,7 +263,7 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
   // only costs fusion.
   std::size_t examined = 0;
   for (std::size_t r : related) {
-    if (r >= target) continue;
+    if (r >= target || (product_ && r == 0)) continue;  // the product runs first
     Cluster& candidate = clusters_[r];
     if (candidate.ops.empty() || candidate.iter_sizes != op.iter_sizes ||
         candidate.ops.size() + clusters_[target].ops.size() >= kMaxOpsPerCluster)
@@ -321,6 +332,7 @@ void Window::record(WindowOp op) {
     geometries.clear();
     for (const WindowOperand* o : tensor_operands(op)) geometries.push_back(geometry_of(*o, rank));
     if (ops_.empty()) ops_.reserve(kMaxWindowOps);
+    if (product_ && clusters_[0].ops.empty() && !op.reduction) adopt_product_shape(op, geometries);
     bool joins = false;
     const std::size_t k = choose_cluster(op, geometries, joins);
     if (!joins) clusters_.push_back(Cluster{op.iter_sizes, {}, {}, nullptr});
@@ -353,13 +365,67 @@ void Window::record(WindowOp op) {
   released.clear();
 }
 
+void Window::record_product(WindowProduct product) {
+  std::vector<WindowOp>& released = released_ops();
+  {
+    const CallSiteScope site;  // before the lock: capturing may take the GIL
+    std::lock_guard<std::mutex> lock(mutex_);
+    // The caller flushed; work another thread recorded since goes first.
+    if (holds_work() || !held_.empty()) flush_locked(released);
+    Cluster cluster{{product.rows, product.columns}, {}, {}, nullptr};
+    // The result, written by the product, in its own (rows, columns) space.
+    uses_[product.out.base].push_back(Use{0, geometry_of(product.out, 2), true, false});
+    cluster.storages.push_back(product.out.base);
+    // The operands, read with a geometry no op has (no data address): an op
+    // of the window writing one conflicts with the product's cluster and is
+    // incompatible with it, so it neither joins the epilogue nor moves
+    // before the product.
+    for (const void* base : product.reads) {
+      Geometry operand;
+      operand.storage = base;
+      uses_[base].push_back(Use{0, operand, false, true});
+      cluster.storages.push_back(base);
+    }
+    clusters_.push_back(std::move(cluster));
+    product_ = std::move(product);
+    DeviceContext::get().set_window_pending(true);
+  }
+  released.clear();
+}
+
+void Window::adopt_product_shape(const WindowOp& op, const std::vector<Geometry>& geometries) {
+  const WindowOperand& out = product_->out;
+  const std::vector<std::int64_t>& sizes = op.iter_sizes;
+  if (sizes.size() < 2 || sizes == clusters_[0].iter_sizes || sizes.back() != product_->columns) return;
+  std::int64_t rows = 1;
+  for (std::size_t d = 0; d + 1 < sizes.size(); ++d) rows *= sizes[d];
+  if (rows != product_->rows) return;
+  // The op must read the result row-major over its space (a view of the
+  // whole result, not a transpose or a part of it).
+  for (std::size_t i = 1; i < geometries.size(); ++i) {
+    const Geometry& g = geometries[i];
+    if (g.storage != out.base || g.data != out.arg.data || g.dtype != out.dtype) continue;
+    std::int64_t expected = 1;
+    bool row_major = true;
+    for (std::size_t d = sizes.size(); d-- > 0;) {
+      if (sizes[d] != 1 && g.strides[d] != expected) row_major = false;
+      expected *= sizes[d];
+    }
+    if (!row_major) continue;
+    for (Use& use : uses_.at(out.base))
+      if (use.cluster == 0 && use.written) use.geometry = g;
+    clusters_[0].iter_sizes = sizes;
+    return;
+  }
+}
+
 void Window::flush(const char* reason, bool count) {
   std::vector<WindowOp>& released = released_ops();
   {
     const CallSiteScope site;  // before the lock: capturing may take the GIL
     std::lock_guard<std::mutex> lock(mutex_);
-    if (ops_.empty() && held_.empty()) return;
-    if (count && !ops_.empty()) DeviceContext::get().metrics().count_sync(reason);
+    if (!holds_work() && held_.empty()) return;
+    if (count && holds_work()) DeviceContext::get().metrics().count_sync(reason);
     flush_locked(released);
   }
   released.clear();
@@ -374,7 +440,7 @@ void Window::end_chain() {
   {
     const CallSiteScope site;  // before the lock: capturing may take the GIL
     std::lock_guard<std::mutex> lock(mutex_);
-    if (ops_.empty()) return;
+    if (!holds_work()) return;
     DeviceContext::get().metrics().count_sync("graph_chain");
     flush_locked(released, /*hold=*/true);
   }
@@ -382,8 +448,13 @@ void Window::end_chain() {
 }
 
 void Window::flush_locked(std::vector<WindowOp>& released, bool hold) {
-  for (std::size_t k = 0; k < clusters_.size(); ++k)
-    if (!clusters_[k].ops.empty()) fused::launch_cluster(ops_, clusters_, k, uses_, stats_, held_);
+  for (std::size_t k = 0; k < clusters_.size(); ++k) {
+    if (product_ && k == 0)
+      fused::launch_product_cluster(ops_, clusters_, k, uses_, stats_, held_, *product_);
+    else if (!clusters_[k].ops.empty())
+      fused::launch_cluster(ops_, clusters_, k, uses_, stats_, held_);
+  }
+  product_.reset();
   // Held kernels go out once there is enough work for a task: the device
   // then runs them while the program records the next chains.
   if (!hold || held_.elements() >= kHeldElementLimit) held_.enqueue();
@@ -453,14 +524,26 @@ void set_fused_min_elements(std::int64_t elements) {
   min_elements().store(elements, std::memory_order_relaxed);
 }
 
-void record_in_window(WindowOp op) {
+bool matmul_epilogues_enabled() {
+  static const bool enabled = env_switch("VTPU_MATMUL_EPILOGUES", true);
+  return enabled;
+}
+
+namespace {
+// The window, once the device context knows how to flush it.
+Window& recording_window() {
   static const bool registered = [] {
     DeviceContext::get().set_window_flusher(&flush_hook);
     return true;
   }();
   (void)registered;
-  window().record(std::move(op));
+  return window();
 }
+}  // namespace
+
+void record_product_in_window(WindowProduct product) { recording_window().record_product(std::move(product)); }
+
+void record_in_window(WindowOp op) { recording_window().record(std::move(op)); }
 
 FusionStats fusion_stats() {
   FusionStats f = window().stats();

@@ -27,8 +27,13 @@
 #include <c10/core/Storage.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <string>
 #include <vector>
+
+#include "call_site.h"
+#include "extern_blocks.h"
 
 #include "vtpu/compiler/launch_abi.h"
 #include "vtpu/ir/attributes.h"
@@ -90,6 +95,34 @@ std::int64_t fused_min_elements();
 void set_fused_min_elements(std::int64_t elements);
 void record_in_window(WindowOp op);
 
+// A matrix product whose launch waits in the window (fused mode) so that the
+// elementwise ops recorded next over its result run as its epilogue, block
+// by block as the product is written (matmul_epilogue.h). Only products
+// that run in blocks on the pool are deferred (gemm_runs_in_blocks). The
+// window flushes its earlier work first, so the product is its first
+// cluster; ops join it by the ordinary rules, plus: no reduction, and no op
+// that writes an operand the product reads (their uses in the cluster have a
+// geometry no op has, so a write to them is incompatible and conflicts).
+// Any flush point launches it, with whatever epilogue it has by then.
+struct WindowProduct {
+  // Runs the product, then hands each finished block (or the whole result)
+  // to the hook, when one is given.
+  std::function<void(const GemmBlockHook*)> run;
+  std::string name;  // the op ("aten::mm", "aten::addmm"): the task's name
+  CallSite site;     // where it was issued: an error names it
+  WindowOperand out;                   // the (rows, columns) result, contiguous
+  std::int64_t rows = 0, columns = 0;
+  bool by_columns = false;             // the product runs in column blocks
+  std::vector<const void*> reads;      // the operands' allocations
+};
+
+// Whether fused mode defers products for epilogues (VTPU_MATMUL_EPILOGUES,
+// default on).
+bool matmul_epilogues_enabled();
+// Records `product` (fused recording active): flushes the window's work,
+// then holds the product as the window's first cluster.
+void record_product_in_window(WindowProduct product);
+
 // One op implemented as several vTPU ops (batch norm's lowering) runs as a
 // fused program in strict mode too, as ATen's kernel for it is one fused
 // loop: while an instance lives, strict mode records this thread's ops into
@@ -124,6 +157,8 @@ struct FusionStats {
                                                         // their kernel still compiling)
   std::uint64_t unfused_ops = 0;                        // ops run on single-op kernels at a flush
   std::uint64_t background_compiles = 0;
+  std::uint64_t matmul_epilogues = 0;     // products launched with a fused epilogue
+  std::uint64_t matmul_epilogue_ops = 0;  // ops those epilogues ran
 };
 FusionStats fusion_stats();
 void reset_fusion_stats();

@@ -21,6 +21,7 @@
 #include "call_site.h"
 #include "device_context.h"
 #include "extern_blocks.h"
+#include "fused_window.h"
 #include "generated_kernels.h"
 #include "generated_lowering.h"
 #include "host_path_rules.h"
@@ -635,13 +636,27 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
     for_each_tensor(arg, [&](const at::Tensor& t) {
       if (t.defined()) lazy_bits.emplace_back(t.unsafeGetTensorImpl(), lazy_bits_of(t));
     });
-  context.launch([op, out_op, out_name = std::move(out_name), host = std::move(host), out_host = std::move(out_host),
-                  fresh_host = std::move(fresh_host), fresh_slots = std::move(fresh_slots),
-                  written_positions = std::move(written_positions), name, serial,
-                  lazy_bits = std::move(lazy_bits)]() mutable {
+  // A product the window may hold for an elementwise epilogue (fused mode):
+  // float32 mm/addmm into a fresh result, run in blocks on the pool.
+  // The product's out= call: the dispatcher's own (a structured op's
+  // functional form arrives as mm.out with the result it allocated), or the
+  // out= variant this path chose for a functional op.
+  const bool product_call =
+      out_op ? written_positions.empty() && fresh.size() == 1 && (out_name == "aten::mm.out" || out_name == "aten::addmm.out")
+             : fresh.empty() && (name == "aten::mm.out" || name == "aten::addmm.out");
+  const bool product_in_window = product_call && context.mode() == Mode::kFused && fused_recording_active() &&
+                                 matmul_epilogues_enabled() &&
+                                 gemm_runs_in_blocks(out_op ? out_name : name, out_op ? out_host : host);
+  // `epilogue`: work over the result as its blocks are written (a fused
+  // epilogue, fused_window.h), or null.
+  auto kernel = [op, out_op, out_name = std::move(out_name), host = std::move(host), out_host = std::move(out_host),
+                 fresh_host = std::move(fresh_host), fresh_slots = std::move(fresh_slots),
+                 written_positions = std::move(written_positions), name, serial,
+                 lazy_bits = std::move(lazy_bits)](const GemmBlockHook* epilogue) mutable {
     try {
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
       check_host_arguments(name, host);
+      bool epilogue_ran = false;  // the product's blocks went to `epilogue` as they were written
       std::optional<pool_blocks::SingleThreadedAten> one_thread;
       if (serial) one_thread.emplace();
       if (out_op) {
@@ -656,7 +671,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
         for (std::size_t position : written_positions) written_before.push_back(host[position].toTensor().clone());
         bool kept_geometry = true;
         try {
-          if (!run_gemm_in_row_blocks(out_name, out_host) && !run_bmm_in_batch_blocks(out_name, out_host) &&
+          epilogue_ran = run_gemm_in_row_blocks(out_name, out_host, epilogue);
+          if (!epilogue_ran && !run_bmm_in_batch_blocks(out_name, out_host) &&
               !run_convolution_in_batch_blocks(out_name, out_host, {}) &&
               !run_convolution_backward_in_batch_blocks(out_name, out_host) &&
               !run_layer_norm_in_row_blocks(out_name, out_host))
@@ -670,6 +686,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
                           fresh_host[i].strides() == c10::IntArrayRef(promised[i].second);
         if (kept_geometry) {
           resolve_lazy_bits(fresh_host, {});
+          if (epilogue != nullptr && !epilogue_ran) epilogue->after_product();
           return maybe_corrupt(name, fresh_host);
         }
         unusable_out_variants().add(op);
@@ -682,7 +699,8 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
       bool fresh_in_return_order = fresh_slots.size() == fresh_host.size();
       for (std::size_t i = 0; fresh_in_return_order && i < fresh_slots.size(); ++i)
         fresh_in_return_order = fresh_slots[i] == static_cast<int>(i);
-      if (run_gemm_in_row_blocks(name, host) || run_bmm_in_batch_blocks(name, host)) {
+      epilogue_ran = run_gemm_in_row_blocks(name, host, epilogue);
+      if (epilogue_ran || run_bmm_in_batch_blocks(name, host)) {
         const c10::IValue out = host.back();  // mm.out/addmm.out/bmm.out return their out argument
         host.clear();
         host.push_back(out);
@@ -713,6 +731,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
           }
         });
       }
+      if (epilogue != nullptr && !epilogue_ran) epilogue->after_product();
       if (fresh_host.empty()) {
         // in-place and out= forms: the results are the written arguments.
         std::vector<at::Tensor> written;
@@ -726,7 +745,41 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
       if (is_missing_kernel(error)) raise_missing_kernel(error, name);
       throw;
     }
-  }, name);
+  };
+  if (product_in_window) {
+    context.metrics().count_kernel();
+    context.flush_window("unfused_op");
+    WindowProduct product;
+    product.run = std::move(kernel);
+    product.name = name;
+    product.site = capture_call_site();
+    const at::Tensor result = out_op ? fresh.front() : stack->back().toTensor();
+    product.rows = result.size(0);
+    product.columns = result.size(1);
+    product.out.is_tensor = true;
+    product.out.dtype = ir::DType::kFloat32;
+    product.out.arg.data = result.data_ptr();
+    for (int d = 0; d < 2; ++d) {
+      product.out.arg.sizes[d] = result.size(d);
+      product.out.arg.strides[d] = result.stride(d);
+    }
+    product.out.base = result.storage().data();
+    product.out.weak = result.storage().getWeakStorageImpl();
+    // Row or column blocks: as the product will run them (an nn.Linear
+    // weight, transposed, splits by columns).
+    const bool addmm = name.rfind("aten::addmm", 0) == 0;
+    const at::Tensor right = (*stack)[first + (addmm ? 2 : 1)].toTensor();
+    product.by_columns = right.stride(0) == 1 && right.stride(1) != 1;
+    // The operands (an operand in the result's allocation, which cannot
+    // overlap it, is covered by the result's use: fused_window.cpp).
+    for (std::size_t i = first; i < stack->size(); ++i)
+      if ((*stack)[i].isTensor() && (*stack)[i].toTensor().defined() &&
+          (*stack)[i].toTensor().storage().data() != product.out.base)
+        product.reads.push_back((*stack)[i].toTensor().storage().data());
+    record_product_in_window(std::move(product));
+  } else {
+    context.launch([kernel = std::move(kernel)]() mutable { kernel(nullptr); }, name);
+  }
 
   stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
   for (auto& out : outputs) stack->push_back(std::move(out));

@@ -54,6 +54,8 @@ py::dict metrics_dict() {
   d["pattern_cache_hits"] = fusion.pattern_hits;
   d["pattern_cache_misses"] = fusion.pattern_misses;
   d["fusion_compiles"] = fusion.background_compiles;
+  d["matmul_epilogues"] = fusion.matmul_epilogues;
+  d["matmul_epilogue_ops"] = fusion.matmul_epilogue_ops;
   d["compiles"] = now.compiles - base.compiles;
   d["compile_seconds"] = now.compile_seconds - base.compile_seconds;
   py::dict hits;

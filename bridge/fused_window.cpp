@@ -425,7 +425,9 @@ void Window::flush(const char* reason, bool count) {
     const CallSiteScope site;  // before the lock: capturing may take the GIL
     std::lock_guard<std::mutex> lock(mutex_);
     if (!holds_work() && held_.empty()) return;
-    if (count && holds_work()) DeviceContext::get().metrics().count_sync(reason);
+    // Counted when recorded ops are flushed; a product waiting alone is just
+    // launched, as it would have been at its dispatch.
+    if (count && !ops_.empty()) DeviceContext::get().metrics().count_sync(reason);
     flush_locked(released);
   }
   released.clear();
@@ -441,7 +443,7 @@ void Window::end_chain() {
     const CallSiteScope site;  // before the lock: capturing may take the GIL
     std::lock_guard<std::mutex> lock(mutex_);
     if (!holds_work()) return;
-    DeviceContext::get().metrics().count_sync("graph_chain");
+    if (!ops_.empty()) DeviceContext::get().metrics().count_sync("graph_chain");
     flush_locked(released, /*hold=*/true);
   }
   released.clear();

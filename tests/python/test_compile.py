@@ -635,11 +635,13 @@ def test_schedule_defers_elementwise_work_to_the_window_of_its_users():
     torch.testing.assert_close(values[True], (x @ w) * x.exp() + 1, rtol=1e-5, atol=1e-5)
     # Issued in the first window, exp would be a kernel of its own storing
     # `a`; deferred past the matmul it fuses with its users and `a` is never
-    # stored: the matmul and one 3-op kernel.
+    # stored: the matmul with a 3-op epilogue (test_matmul_epilogues.py), one
+    # task. In program order: exp's kernel, then the matmul with mul and add.
     scheduled, program_order = kernels[True], kernels[False]
-    assert scheduled["kernels_launched"] == 2, scheduled
-    assert scheduled["ops_per_fused_kernel"] == {3: 1}, scheduled
-    assert program_order["kernels_launched"] == 3, program_order
+    assert scheduled["kernels_launched"] == 1, scheduled
+    assert scheduled["matmul_epilogues"] == 1 and scheduled["matmul_epilogue_ops"] == 3, scheduled
+    assert program_order["kernels_launched"] == 2, program_order
+    assert program_order["matmul_epilogue_ops"] == 2, program_order
 
 
 def test_random_and_in_place_ops_keep_their_order():

@@ -218,11 +218,12 @@ void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clus
 }
 
 void launch_product_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clusters, std::size_t index,
-                            const UseMap& uses, FusionStats& stats, LaunchBatch& batch, WindowProduct& product) {
+                            const UseMap& uses, FusionStats& stats, LaunchBatch& batch, WindowProduct& product,
+                            bool as_epilogue) {
   batch.enqueue();
   const Cluster& cluster = clusters[index];
   PreparedCluster prepared;
-  const Prepared state = cluster.ops.empty()
+  const Prepared state = cluster.ops.empty() || !as_epilogue
                              ? Prepared::kNothingToRun
                              : prepare_cluster(ops, clusters, index, uses, stats, !product.by_columns, prepared);
   std::shared_ptr<const MatmulEpilogue> epilogue;
@@ -240,6 +241,7 @@ void launch_product_cluster(std::vector<WindowOp>& ops, const std::vector<Cluste
                                       product.name);
   }
   if (state == Prepared::kNotReady) launch_unfused(ops, cluster, stats, batch);
+  if (!as_epilogue && !cluster.ops.empty()) launch_cluster(ops, clusters, index, uses, stats, batch);
 }
 
 namespace {

@@ -103,11 +103,13 @@ class LaunchBatch {
 void launch_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clusters, std::size_t index,
                     const UseMap& uses, FusionStats& stats, LaunchBatch& batch);
 
-// Launches cluster `index`, which is `product`'s (fused_window.h): the
-// product with its ops as a fused epilogue when their kernel is ready, else
-// the product and then its ops on strict's single-op kernels (requesting the
-// fused one). Queues `batch` first.
+// Launches cluster `index`, which is `product`'s (fused_window.h): with
+// `as_epilogue`, the product with the cluster's ops as a fused epilogue when
+// their kernel is ready, else the product and then its ops on strict's
+// single-op kernels (requesting the fused one); without, the product alone,
+// then the cluster as any other. Queues `batch` first.
 void launch_product_cluster(std::vector<WindowOp>& ops, const std::vector<Cluster>& clusters, std::size_t index,
-                            const UseMap& uses, FusionStats& stats, LaunchBatch& batch, WindowProduct& product);
+                            const UseMap& uses, FusionStats& stats, LaunchBatch& batch, WindowProduct& product,
+                            bool as_epilogue);
 
 }  // namespace vtpu::bridge::fused

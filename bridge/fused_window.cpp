@@ -85,6 +85,7 @@ class Window {
   std::vector<Cluster> clusters_;
   // A product waiting for its epilogue: cluster 0 (fused_window.h).
   std::optional<WindowProduct> product_;
+  bool product_epilogue_ = true;  // cluster 0 runs as the product's epilogue
   UseMap uses_;
   std::vector<Geometry> scratch_geometries_;  // reused by record()
   std::vector<Contact> scratch_contacts_;     // reused by choose_cluster()
@@ -245,10 +246,13 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
   std::size_t target = clusters_.size();
   for (std::size_t k : related) {
     const Contact& c = op_contacts[k];
-    // A product's epilogue runs block by block: elementwise ops only.
-    const bool product_allows = !(product_ && k == 0 && op.reduction);
     if (c.compatible && clusters_[k].iter_sizes == op.iter_sizes && clusters_[k].ops.size() < kMaxOpsPerCluster &&
-        product_allows && reduction_allows(uses_, ops_, clusters_[k], k, op, geometries)) {
+        reduction_allows(uses_, ops_, clusters_[k], k, op, geometries)) {
+      // A product's epilogue runs block by block, and a reduction needs
+      // whole rows: the product then runs alone, before the cluster, which
+      // becomes an ordinary one (RMSNorm's add, pow and mean after a
+      // projection stay one kernel that never stores the squares).
+      if (product_ && k == 0 && op.reduction) product_epilogue_ = false;
       target = k;
       joins = true;
       break;
@@ -388,6 +392,7 @@ void Window::record_product(WindowProduct product) {
     }
     clusters_.push_back(std::move(cluster));
     product_ = std::move(product);
+    product_epilogue_ = true;
     DeviceContext::get().set_window_pending(true);
   }
   released.clear();
@@ -452,7 +457,7 @@ void Window::end_chain() {
 void Window::flush_locked(std::vector<WindowOp>& released, bool hold) {
   for (std::size_t k = 0; k < clusters_.size(); ++k) {
     if (product_ && k == 0)
-      fused::launch_product_cluster(ops_, clusters_, k, uses_, stats_, held_, *product_);
+      fused::launch_product_cluster(ops_, clusters_, k, uses_, stats_, held_, *product_, product_epilogue_);
     else if (!clusters_[k].ops.empty())
       fused::launch_cluster(ops_, clusters_, k, uses_, stats_, held_);
   }

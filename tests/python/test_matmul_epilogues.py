@@ -125,6 +125,24 @@ def test_ops_that_cannot_run_per_block_stay_out():
     assert torch.equal(fused, _strict(program, *_dev(x, w)))
 
 
+def test_a_reduction_takes_the_epilogue_back():
+    """RMSNorm after a residual projection: the reduction needs whole rows, so
+    the product runs alone and add, pow and mean stay one kernel that never
+    stores the squares (as without epilogues)."""
+    torch.manual_seed(8)
+    x, w, r = torch.randn(256, 256), torch.randn(256, 512), torch.randn(256, 512)
+
+    def program(x, w, r):
+        h = r + x @ w
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    _, fused, m = _steady(program, *_dev(x, w, r))
+    assert m["matmul_epilogues"] == 0, m
+    assert m["dead_stores_skipped"] >= 1, m  # the squares
+    assert torch.equal(fused, _strict(program, *_dev(x, w, r)))
+    torch.testing.assert_close(fused, program(x, w, r), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("transposed", [False, True], ids=["rows", "cols"])
 def test_write_to_an_operand_waits_for_the_product(transposed):
     """x.add_(x @ w) must not write x inside the product's task: a column

@@ -251,11 +251,17 @@ GemmRoute plan_gemm(const std::string& name, const torch::jit::Stack& s, GemmBlo
 
 }  // namespace
 
-bool gemm_runs_in_blocks(const std::string& name, const torch::jit::Stack& out_stack) {
+GemmBlocking gemm_blocking(const std::string& name, const torch::jit::Stack& out_stack) {
   GemmBlocks job;
   runtime::SkinnyGemm skinny;
-  const GemmRoute route = plan_gemm(name, out_stack, job, skinny);
-  return route == GemmRoute::kRows || route == GemmRoute::kColumns;
+  switch (plan_gemm(name, out_stack, job, skinny)) {
+    case GemmRoute::kRows:
+      return GemmBlocking::kRows;
+    case GemmRoute::kColumns:
+      return GemmBlocking::kColumns;
+    default:
+      return GemmBlocking::kNone;
+  }
 }
 
 bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s, const GemmBlockHook* after) {

@@ -35,10 +35,12 @@ class GemmBlockHook;
 bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& out_stack,
                             const GemmBlockHook* after = nullptr);
 
-// Whether run_gemm_in_row_blocks runs this out= call in row or column blocks
-// of MKL: decided from the operands' dtypes, shapes, strides and addresses,
-// so the answer at dispatch holds when the product runs.
-bool gemm_runs_in_blocks(const std::string& name, const torch::jit::Stack& out_stack);
+// How run_gemm_in_row_blocks splits this out= call: row blocks or column
+// blocks of MKL, or neither (the skinny GEMM, ATen's kernel). Decided from
+// the operands' dtypes, shapes, strides and addresses, so the answer at
+// dispatch holds when the product runs.
+enum class GemmBlocking { kNone, kRows, kColumns };
+GemmBlocking gemm_blocking(const std::string& name, const torch::jit::Stack& out_stack);
 
 // Work that runs over parts of a product as soon as they are written.
 class GemmBlockHook {

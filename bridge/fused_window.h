@@ -98,11 +98,14 @@ void record_in_window(WindowOp op);
 // A matrix product whose launch waits in the window (fused mode) so that the
 // elementwise ops recorded next over its result run as its epilogue, block
 // by block as the product is written (matmul_epilogue.h). Only products
-// that run in blocks on the pool are deferred (gemm_runs_in_blocks). The
+// that run in blocks on the pool are deferred (gemm_blocking), and, like
+// elementwise ops, small ones only into a window already holding work. The
 // window flushes its earlier work first, so the product is its first
-// cluster; ops join it by the ordinary rules, plus: no reduction, and no op
-// that writes an operand the product reads (their uses in the cluster have a
-// geometry no op has, so a write to them is incompatible and conflicts).
+// cluster; ops join it by the ordinary rules, plus: a reduction that joins
+// makes it an ordinary cluster launched after the product (it needs whole
+// rows), and no op that writes an operand the product reads joins or moves
+// before it (their uses in the cluster have a geometry no op has, so a write
+// to them is incompatible and conflicts).
 // Any flush point launches it, with whatever epilogue it has by then.
 struct WindowProduct {
   // Runs the product, then hands each finished block (or the whole result)

@@ -644,9 +644,14 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   const bool product_call =
       out_op ? written_positions.empty() && fresh.size() == 1 && (out_name == "aten::mm.out" || out_name == "aten::addmm.out")
              : fresh.empty() && (name == "aten::mm.out" || name == "aten::addmm.out");
-  const bool product_in_window = product_call && context.mode() == Mode::kFused && fused_recording_active() &&
-                                 matmul_epilogues_enabled() &&
-                                 gemm_runs_in_blocks(out_op ? out_name : name, out_op ? out_host : host);
+  // Like an elementwise op, a small product starts no window (the issuing
+  // thread's cost of recording outweighs what fusion saves: fused_window.h).
+  const GemmBlocking blocking =
+      product_call && context.mode() == Mode::kFused && matmul_epilogues_enabled() &&
+              records_in_window(out_op ? fresh.front().numel() : stack->back().toTensor().numel())
+          ? gemm_blocking(out_op ? out_name : name, out_op ? out_host : host)
+          : GemmBlocking::kNone;
+  const bool product_in_window = blocking != GemmBlocking::kNone;
   // `epilogue`: work over the result as its blocks are written (a fused
   // epilogue, fused_window.h), or null.
   auto kernel = [op, out_op, out_name = std::move(out_name), host = std::move(host), out_host = std::move(out_host),
@@ -765,11 +770,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
     }
     product.out.base = result.storage().data();
     product.out.weak = result.storage().getWeakStorageImpl();
-    // Row or column blocks: as the product will run them (an nn.Linear
-    // weight, transposed, splits by columns).
-    const bool addmm = name.rfind("aten::addmm", 0) == 0;
-    const at::Tensor right = (*stack)[first + (addmm ? 2 : 1)].toTensor();
-    product.by_columns = right.stride(0) == 1 && right.stride(1) != 1;
+    product.by_columns = blocking == GemmBlocking::kColumns;  // nn.Linear's transposed weight
     // The operands (an operand in the result's allocation, which cannot
     // overlap it, is covered by the result's use: fused_window.cpp).
     for (std::size_t i = first; i < stack->size(); ++i)

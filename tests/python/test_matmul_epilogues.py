@@ -256,3 +256,24 @@ def test_switched_off_by_environment():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0", "2"], out.stdout
+
+
+def test_small_product_starts_no_window():
+    """As for elementwise ops (fused_min_elements): a product with a small
+    result is queued at once into an empty window, and held when the window
+    already holds work."""
+    torch.manual_seed(9)
+    x, w, big = _dev(torch.randn(32, 64), torch.randn(64, 32), torch.randn(8192))
+    torch_vtpu.set_fused_min_elements(4096)
+
+    def alone(x, w):
+        return F.gelu(x @ w)
+
+    def after_work(x, w):
+        b = big * 2.0  # starts a window
+        return F.gelu(x @ w) + b[:1]
+
+    for program, epilogues in ((alone, 0), (after_work, 1)):
+        _, fused, m = _steady(program, x, w)
+        assert m["matmul_epilogues"] == epilogues, (program.__name__, m)
+        assert torch.equal(fused, _strict(program, x, w)), program.__name__

@@ -201,9 +201,29 @@ bool reads_across_rows(const WindowOp& op, const WindowOp& reduction) {
 // element by element). A reduction that would read a tensor of its cluster
 // across rows stays alone, as in strict mode: its single-op kernel blocks
 // the reads (and an elementwise op before it writes a buffer in tiles).
+// Whether `op` reads a 0-dim tensor. The kernel declares it with rank 0 (it
+// promotes as a 0-dim tensor), which the fused reduction kernels do not take:
+// every input of theirs lies in the reduction's iteration space.
+bool reads_zero_dim(const WindowOp& op) {
+  for (const WindowOperand& in : op.inputs)
+    if (in.is_tensor && in.zero_dim) return true;
+  return false;
+}
+
+bool cluster_reads_zero_dim(const std::vector<WindowOp>& ops, const Cluster& cluster) {
+  for (std::size_t i : cluster.ops)
+    if (reads_zero_dim(ops[i])) return true;
+  return false;
+}
+
 bool reduction_allows(const UseMap& uses, const std::vector<WindowOp>& ops, const Cluster& cluster, std::size_t k,
                       const WindowOp& op, const std::vector<Geometry>& geometries) {
   if (op.reduction && (cluster.reduction_out != nullptr || touches(uses, geometries[0].storage, k))) return false;
+  // A 0-dim operand and a reduction never share a kernel (reads_zero_dim):
+  // the fused kernel was refused at its build and all the cluster's ops ran
+  // unfused (`v = o * h; v - v.mean(0)` with a 0-dim o, found by review).
+  if (op.reduction ? cluster_reads_zero_dim(ops, cluster) : cluster.reduction_out != nullptr && reads_zero_dim(op))
+    return false;
   if (cluster.reduction_out != nullptr)
     for (const Geometry& g : geometries)
       if (g.storage == cluster.reduction_out) return false;
@@ -278,7 +298,8 @@ std::size_t Window::choose_cluster(const WindowOp& op, const std::vector<Geometr
     const void* target_reduction = op.reduction ? geometries[0].storage : clusters_[target].reduction_out;
     if (candidate.reduction_out != nullptr ||
         (target_reduction != nullptr &&
-         std::find(candidate.storages.begin(), candidate.storages.end(), target_reduction) != candidate.storages.end()))
+         (std::find(candidate.storages.begin(), candidate.storages.end(), target_reduction) != candidate.storages.end() ||
+          cluster_reads_zero_dim(ops_, candidate))))
       continue;
     std::vector<Geometry> r_geometries;
     std::vector<bool> r_writes;

@@ -181,3 +181,26 @@ def test_opinfo_reduction_samples_fused_equal_strict_bitwise(op):
     # reduction then runs in one kernel with its prologue (amax/amin/mean/sum
     # 16 of 20, prod 26 of 39).
     assert 2 * fused_with_prologue >= checked, f"{op.name}: {fused_with_prologue} of {checked} samples fused"
+
+
+def test_a_zero_dim_operand_keeps_out_of_the_reduction_kernel(capfd):
+    """A 0-dim tensor is declared with rank 0 in the kernel, which the fused
+    reduction kernels do not take: sharing a cluster made the build fail and
+    every op of the cluster ran unfused (with a line on stderr)."""
+    torch.manual_seed(3)
+    h = torch.randn(300, 512, device="vtpu")
+    o = torch.randn((), device="vtpu")
+
+    def centred(h, o):
+        v = o * h
+        return v - v.mean(0, keepdim=True)
+
+    def scaled_mean(h, o):  # the reduction first, the 0-dim operand after
+        m = (h * 2.0).sum(-1, keepdim=True)
+        return (h - m) * o
+
+    for program in (centred, scaled_mean):
+        out, m = _steady_metrics(program, h, o)
+        assert m["pattern_cache_misses"] == 0, (program.__name__, m)  # no cluster left unbuilt
+        assert torch.equal(out.cpu(), _in_strict(program, h, o).cpu()), program.__name__
+    assert "fused kernel unavailable" not in capfd.readouterr().err

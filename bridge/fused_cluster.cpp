@@ -12,8 +12,8 @@
 #include <utility>
 #include <variant>
 
-#include "device_context.h"
 #include "call_site.h"
+#include "device_context.h"
 #include "fused_compiler.h"
 #include "generated_kernels.h"
 #include "matmul_epilogue.h"

@@ -190,6 +190,26 @@ TEST(HostCodegenFusedReduction, GivesTheBitsOfTheUnfusedKernels) {
          return g.add_node(OpKind::Mul, {in[2], centred});
        },
        OpKind::Sum, {0}, false},
+      // Rows longer than a segment (32768 elements): on threads, one
+      // output's segments are tasks of their own; a stored result beside.
+      {"long_rows", {f32({2, 3 * 32768 + 21}), TensorType{DType::kFloat32, {2, 3 * 32768 + 21}, {1, 0}}},
+       [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>& extra) {
+         const ValueId d = g.add_node(OpKind::Sub, {in[0], in[1]});
+         extra.push_back(g.add_node(OpKind::Exp, {d}));
+         return g.add_node(OpKind::Mul, {d, d});
+       },
+       OpKind::Sum, {1}, false},
+      // A whole tensor's mean (one output; the row merged over both dims),
+      // and one not nested in memory.
+      {"whole_mean", {f32({300, 400})},
+       [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>&) { return g.add_node(OpKind::Abs, {in[0]}); },
+       OpKind::Mean, {}, false},
+      {"whole_not_nested", {TensorType{DType::kFloat32, {300, 400}, {1, 300}}},
+       [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>&) { return g.add_node(OpKind::Exp, {in[0]}); },
+       OpKind::Sum, {}, false},
+      {"long_amax_bf16", {TensorType::contiguous(DType::kBFloat16, {1, 40000})},
+       [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>&) { return g.add_node(OpKind::Neg, {in[0]}); },
+       OpKind::Amax, {1}, true},
       {"prod", {f32({3, 8})},
        [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>&) { return g.add_node(OpKind::Sigmoid, {in[0]}); },
        OpKind::Prod, {1}, false},

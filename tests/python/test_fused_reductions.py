@@ -114,6 +114,28 @@ def test_reduction_kinds_and_layouts_match_strict(reduce):
     assert torch.equal(out.cpu(), _in_strict(program, x).cpu())
 
 
+@pytest.mark.parametrize("reduce", ["sum_all", "mean_rows", "amax_all"])
+def test_rows_longer_than_a_segment_fused_equal_strict_and_the_cpu(reduce):
+    # Rows beyond 32768 elements are reduced in segments, split over the
+    # threads when the outputs are few (a whole-tensor sum has one): fused
+    # kernels and strict's single-op kernels follow the same order. float64,
+    # values over 40 binary orders of magnitude: another order shows in the bits.
+    torch.manual_seed(2)
+    programs = {
+        "sum_all": (lambda t: (t * t).sum(), (3, 70001)),
+        "mean_rows": (lambda t: (t - 0.5).mean(-1), (2, 100000)),
+        "amax_all": (lambda t: t.abs().amax(), (400, 300)),
+    }
+    program, shape = programs[reduce]
+    x_cpu = torch.randn(*shape, dtype=torch.float64) * torch.pow(2.0, torch.randint(-20, 20, shape).double())
+    x = x_cpu.to("vtpu")
+    out, m = _steady_metrics(program, x)
+    assert m["fused_kernels"] == 1 and m["kernels_launched"] == 1
+    strict = _in_strict(program, x).cpu()
+    assert torch.equal(out.cpu(), strict)
+    torch.testing.assert_close(strict, program(x_cpu), rtol=1e-12, atol=0)
+
+
 def test_a_reduction_does_not_flush_and_shares_its_loop_with_later_readers_of_its_input():
     x = torch.randn(20, 30, device="vtpu")
 

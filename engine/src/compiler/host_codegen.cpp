@@ -211,12 +211,12 @@ template <typename T> static inline T vtpu_opaque(T v) {
   __asm__("" : "+r"(v));
   return v;
 }
-// A reduction of value(0..n-1) in a fixed order that vectorises: element i
-// goes to lane i % 16, then lanes are combined pairwise. `init` must be the
-// combine's identity (the partial last group is padded with it). The order
-// depends only on n, so every caller and every loop shape gets the same bits.
+// A reduction of value(begin .. begin+n-1) in a fixed order that vectorises:
+// element begin+i goes to lane i % 16, then lanes are combined pairwise.
+// `init` must be the combine's identity (the partial last group is padded
+// with it). One segment of vtpu_lanes_reduce.
 template <typename T, typename Value, typename Combine>
-static inline T vtpu_lanes_reduce(int64_t n, T init, Value value, Combine combine) {
+static inline T vtpu_lanes_segment(int64_t begin, int64_t n, T init, Value value, Combine combine) {
   constexpr int kLanes = 16;
   T lanes[kLanes];
   for (int l = 0; l < kLanes; ++l) lanes[l] = init;
@@ -229,48 +229,98 @@ static inline T vtpu_lanes_reduce(int64_t n, T init, Value value, Combine combin
     // SLP turns into 512-bit code (the loop form gets 256-bit: softmax 1.4x).
     for (; i + kLanes <= n; i += kLanes) {
 #pragma GCC unroll 1
-      for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(i + l));
+      for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(begin + i + l));
     }
   } else {
     for (; i + kLanes <= n; i += kLanes)
-      for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(i + l));
+      for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(begin + i + l));
   }
   if (i < n)
-    for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], i + l < n ? value(i + l) : init);
+    for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], i + l < n ? value(begin + i + l) : init);
   for (int w = kLanes / 2; w > 0; w /= 2)
     for (int l = 0; l < w; ++l) lanes[l] = combine(lanes[l], lanes[l + w]);
   return lanes[0];
 }
-// vtpu_lanes_reduce for callers whose value(i) touches only element i of
+// vtpu_lanes_segment for callers whose value(i) touches only element i of
 // each tensor (fused reductions' fast rows, which also store elementwise
 // results): the same order and bits, with the lane loops marked free of
 // loop-carried dependences, so that GCC vectorises them without runtime
 // alias checks (it gives up beyond ~10 pointer pairs).
 template <typename T, typename Value, typename Combine>
-static inline T vtpu_lanes_reduce_ivdep(int64_t n, T init, Value value, Combine combine) {
+static inline T vtpu_lanes_segment_ivdep(int64_t begin, int64_t n, T init, Value value, Combine combine) {
   constexpr int kLanes = 16;
   T lanes[kLanes];
   for (int l = 0; l < kLanes; ++l) lanes[l] = init;
   int64_t i = 0;
-  if constexpr (std::is_same_v<T, double>) {  // as in vtpu_lanes_reduce
+  if constexpr (std::is_same_v<T, double>) {  // as in vtpu_lanes_segment
     for (; i + kLanes <= n; i += kLanes) {
 #pragma GCC ivdep
 #pragma GCC unroll 1
-      for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(i + l));
+      for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(begin + i + l));
     }
   } else {
     for (; i + kLanes <= n; i += kLanes) {
 #pragma GCC ivdep
-      for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(i + l));
+      for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(begin + i + l));
     }
   }
   if (i < n) {
 #pragma GCC ivdep
-    for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], i + l < n ? value(i + l) : init);
+    for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], i + l < n ? value(begin + i + l) : init);
   }
   for (int w = kLanes / 2; w > 0; w /= 2)
     for (int l = 0; l < w; ++l) lanes[l] = combine(lanes[l], lanes[l + w]);
   return lanes[0];
+}
+// A reduction of value(0..n-1) in a fixed order that depends only on n, so
+// every caller and every loop shape gets the same bits: a row of up to
+// kVtpuSegment elements is one vtpu_lanes_segment; a longer row is cut into
+// segments of kVtpuSegment elements (the last one shorter), each reduced in
+// lanes, and the segments' results are combined in order starting from
+// `init`. The segments let a kernel reduce one long row on several threads
+// (vtpu_segments_combine gives the same bits from per-segment results):
+// a whole-tensor sum has one output, and ran on one thread.
+constexpr int64_t kVtpuSegment = 32768;
+// The segments of a row of n elements, segment(begin, length) reducing one.
+template <typename T, typename Combine, typename Segment>
+static inline T vtpu_by_segments(int64_t n, T init, Combine combine, Segment segment) {
+  T acc = init;
+  for (int64_t b = 0;; b += kVtpuSegment) {
+    const T part = segment(b, std::min(kVtpuSegment, n - b));
+    if (n <= kVtpuSegment) return part;
+    acc = combine(acc, part);
+    if (b + kVtpuSegment >= n) return acc;
+  }
+}
+template <typename T, typename Value, typename Combine>
+static inline T vtpu_lanes_reduce(int64_t n, T init, Value value, Combine combine) {
+  return vtpu_by_segments(n, init, combine,
+                          [&](int64_t b, int64_t len) { return vtpu_lanes_segment(b, len, init, value, combine); });
+}
+template <typename T, typename Value, typename Combine>
+static inline T vtpu_lanes_reduce_ivdep(int64_t n, T init, Value value, Combine combine) {
+  return vtpu_by_segments(n, init, combine,
+                          [&](int64_t b, int64_t len) { return vtpu_lanes_segment_ivdep(b, len, init, value, combine); });
+}
+// Scratch memory of a kernel (the segments' results), freed on every path
+// out of it; p is null when the allocation failed (callers then take the
+// one-thread path, which gives the same bits).
+template <typename T> struct vtpu_scratch {
+  T* p;
+  explicit vtpu_scratch(int64_t n) : p(static_cast<T*>(std::malloc(sizeof(T) * static_cast<size_t>(n)))) {}
+  ~vtpu_scratch() { std::free(p); }
+  vtpu_scratch(const vtpu_scratch&) = delete;
+  vtpu_scratch& operator=(const vtpu_scratch&) = delete;
+};
+// The number of segments vtpu_lanes_reduce cuts a row of n elements into.
+static inline int64_t vtpu_segments(int64_t n) { return n <= kVtpuSegment ? 1 : (n + kVtpuSegment - 1) / kVtpuSegment; }
+// vtpu_lanes_reduce's result from its segments' results parts[0..segments).
+template <typename T, typename Combine>
+static inline T vtpu_segments_combine(const T* parts, int64_t segments, T init, Combine combine) {
+  if (segments == 1) return parts[0];
+  T acc = init;
+  for (int64_t s = 0; s < segments; ++s) acc = combine(acc, parts[s]);
+  return acc;
 }
 )PRELUDE";
 

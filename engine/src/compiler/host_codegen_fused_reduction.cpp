@@ -108,7 +108,7 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
   s << "  const double* scalars;\n  int64_t count;\n  int64_t sizes[VTPU_MAX_RANK];\n  int64_t strides["
     << num_tensors << "][VTPU_MAX_RANK];\n"
     << "  int64_t row_n;\n  int64_t row_st[" << num_tensors << "];\n  bool row_merged;\n  bool row_fast;\n"
-    << "  bool col_fast;\n};\n"
+    << "  bool col_fast;\n  void* parts;\n  int64_t segments;\n};\n"
     << "constexpr int kLanes = 32;\nconstexpr int kGroup = 2048;\n";
   // The row's offset of element i of tensor t when its dims do not nest.
   s << "inline int64_t row_offset(const Context& c, int t, int64_t i) {\n  int64_t off = 0;\n";
@@ -236,19 +236,17 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
   s << "void body(int64_t begin, int64_t end, void* raw) {\n"
     << "  const Context c = *static_cast<const Context*>(raw);  // a copy: see host_codegen.cpp\n";
   const bool rows = last_reduced == rank - 1;
-  if (rows) {
-    s << "  for (int64_t o = begin; o < end; ++o) {\n";
-    emit_offsets("    ", "o");
-    s << "    " << acc << " acc = " << init << ";\n";
-    const int depth = open_loops("    ", true);
-    const std::string ind = "    " + std::string(2 * depth, ' ');
+  // One row's part (or, with `segment`, the part of its segment at b of len
+  // elements), in vtpu_lanes_reduce's order; needs base<t> in scope.
+  auto emit_row_part = [&](const std::string& ind, bool segment) {
     for (int t = 0; t < num_tensors; ++t) s << ind << "const int64_t st" << t << " = c.row_st[" << t << "];\n";
     // The fast row touches element i of every tensor at step i (the
     // window's rules: a buffer read and written is the same memory at the
     // same offsets), so its lane loop carries no dependence.
     auto lanes = [&](const std::string& value, bool ivdep = false) {
-      return std::string(ivdep ? "vtpu_lanes_reduce_ivdep<" : "vtpu_lanes_reduce<") + acc + ">(c.row_n, " + acc + "(" + init + "), [" + (ivdep ? "=" : "&") + "](int64_t i) { return " + value +
-             "; }, [](" + acc + " a, " + acc + " b) { return " + combine + "; })";
+      const std::string fn = std::string(segment ? "vtpu_lanes_segment" : "vtpu_lanes_reduce") + (ivdep ? "_ivdep<" : "<");
+      return fn + acc + ">(" + (segment ? "b, len, " : "c.row_n, ") + acc + "(" + init + "), [" + (ivdep ? "=" : "&") +
+             "](int64_t i) { return " + value + "; }, [](" + acc + " a, " + acc + " b) { return " + combine + "; })";
     };
     s << ind << "const " << acc << " part =\n";
     if (has_fast) {
@@ -262,8 +260,16 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
       }, /*from_context=*/false), /*ivdep=*/true) << "; }() :\n";
     }
     s << ind << "    c.row_merged ? " << lanes(call("i")) << " :\n"
-      << ind << "    " << lanes(call_with([&](int t) { return " + row_offset(c, " + slot(t) + ", i)"; })) << ";\n"
-      << ind << "{ const " << acc << " a = acc, b = part; acc = " << combine << "; }\n";
+      << ind << "    " << lanes(call_with([&](int t) { return " + row_offset(c, " + slot(t) + ", i)"; })) << ";\n";
+  };
+  if (rows) {
+    s << "  for (int64_t o = begin; o < end; ++o) {\n";
+    emit_offsets("    ", "o");
+    s << "    " << acc << " acc = " << init << ";\n";
+    const int depth = open_loops("    ", true);
+    const std::string ind = "    " + std::string(2 * depth, ' ');
+    emit_row_part(ind, false);
+    s << ind << "{ const " << acc << " a = acc, b = part; acc = " << combine << "; }\n";
     close_loops("    ", depth);
     s << "    " << store("off" + slot(red_slot), "acc") << "\n  }\n";
   } else {
@@ -306,7 +312,27 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     s << "    for (int l = 0; l < group; ++l) " << store("off" + slot(red_slot) + " + l * st" + slot(red_slot), "lanes[l]")
       << "\n    o += group;\n  }\n";
   }
-  s << "}\n}  // namespace ns_" << symbol << "\n";
+  s << "}\n";
+  // Long rows over few outputs: tasks of one segment of one output's row on
+  // the threads, combined in order by the entry (host_codegen_reduction.cpp
+  // says why; the same bits as the one-thread path). Each element's
+  // elementwise work and stores run once, in the task of its segment.
+  bool segmented = rows;
+  for (int d = 0; d < row_start && segmented; ++d) segmented = !reduced[static_cast<std::size_t>(d)];
+  if (segmented) {
+    s << "void segment_body(int64_t begin, int64_t end, void* raw) {\n"
+      << "  const Context c = *static_cast<const Context*>(raw);\n"
+      << "  " << acc << "* parts = static_cast<" << acc << "*>(c.parts);\n"
+      << "  for (int64_t t = begin; t < end; ++t) {\n"
+      << "    const int64_t o = t / c.segments, b = (t % c.segments) * kVtpuSegment;\n"
+      << "    const int64_t len = std::min(kVtpuSegment, c.row_n - b);\n";
+    emit_offsets("    ", "o");
+    const int depth = open_loops("    ", true);  // no loops: only the row is reduced
+    emit_row_part("    ", true);
+    close_loops("    ", depth);
+    s << "    parts[t] = part;\n  }\n}\n";
+  }
+  s << "}  // namespace ns_" << symbol << "\n";
 
   s << "extern \"C\" __attribute__((visibility(\"default\"))) void " << symbol
     << "(const struct VtpuLaunchArgs* args) {\n"
@@ -352,8 +378,24 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
         s << " && c.strides[" << t << "][" << rank - 1 << "] == " << col_stride[static_cast<std::size_t>(t)];
     s << ";\n";
   }
-  s << "  if (outputs <= 0) return;\n"
-    << "  int64_t grain = c.count > 0 ? (32768 + c.count - 1) / c.count : 32768;\n";
+  s << "  if (outputs <= 0) return;\n";
+  if (segmented) {
+    s << "  if (args->parallel_for != nullptr && outputs < 64 && c.row_n > kVtpuSegment) {\n"
+      << "    c.segments = vtpu_segments(c.row_n);\n"
+      << "    vtpu_scratch<" << acc << "> parts(outputs * c.segments);\n"
+      << "    if (parts.p != nullptr) {\n"
+      << "      c.parts = parts.p;\n"
+      << "      args->parallel_for(outputs * c.segments, 1, &segment_body, &c, args->runner);\n"
+      << "      for (int64_t o = 0; o < outputs; ++o) {\n";
+    emit_offsets("        ", "o");
+    s << "        " << acc << " acc = " << init << ";\n"
+      << "        const " << acc << " part = vtpu_segments_combine(parts.p + o * c.segments, c.segments, " << acc << "("
+      << init << "), [](" << acc << " a, " << acc << " b) { return " << combine << "; });\n"
+      << "        { const " << acc << " a = acc, b = part; acc = " << combine << "; }\n"
+      << "        " << store("off" + slot(red_slot), "acc") << "\n"
+      << "      }\n      return;\n    }\n  }\n";
+  }
+  s << "  int64_t grain = c.count > 0 ? (32768 + c.count - 1) / c.count : 32768;\n";
   // Columns: a parallel chunk is a whole group where there are enough
   // columns (host_codegen_reduction.cpp says why).
   if (!rows) s << "  grain = std::max<int64_t>(grain, std::min<int64_t>(kGroup, (outputs + 1) / 2));\n";

@@ -106,7 +106,8 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
   const ReductionLoops loops(s, rank, reduced, /*merge_row=*/true);
   s << "namespace ns_" << symbol << " {\n"
     << "struct Context { char* out; const char* in; int64_t sizes[VTPU_MAX_RANK]; int64_t out_strides[VTPU_MAX_RANK];"
-    << " int64_t in_strides[VTPU_MAX_RANK]; int64_t count; int64_t row_n; int64_t row_st; bool row_merged; };\n"
+    << " int64_t in_strides[VTPU_MAX_RANK]; int64_t count; int64_t row_n; int64_t row_st; bool row_merged;"
+    << " void* parts; int64_t segments; };\n"
     << "constexpr int kLanes = " << kLanes << ";\nconstexpr int kGroup = 2048;\n";
   if (loops.merged_row()) loops.emit_row_offset();
   s << "void body(int64_t begin, int64_t end, void* raw) {\n"
@@ -120,8 +121,9 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
   // When the innermost kept dim has stride 1 in the input, a block of
   // neighbouring outputs is reduced side by side: for each element position
   // i, one contiguous run of the input is read. Every output keeps
-  // vtpu_lanes_reduce's own lanes (element i to lane i % 16, the padded last
-  // group, the pairwise combine), so its bits are the plain rows path's
+  // vtpu_lanes_reduce's own order (its segments, and in each element i to
+  // lane i % 16, the padded last group, the pairwise combine; the segments'
+  // results combined in order), so its bits are the plain rows path's
   // (4096x4096 float32 x.t().sum(-1): 16x the CPU's time before).
   int kept_inner = -1;
   for (int d = 0; d < rank; ++d)
@@ -148,30 +150,41 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
     loops.emit_offsets("      ", "o");
     s << "      const int64_t block = std::min<int64_t>({(int64_t)kBlock, c.sizes[" << kd << "] - " << k
       << ", end - o});\n"
-      << "      " << acc << " lanes[kRowLanes][kBlock];\n"
-      << "      for (int l = 0; l < kRowLanes; ++l)\n"
-      << "        for (int64_t g = 0; g < block; ++g) lanes[l][g] = " << init << ";\n"
-      << "      int64_t i = 0;\n"
-      << "      for (; i + kRowLanes <= n; i += kRowLanes)\n"
-      << "        for (int l = 0; l < kRowLanes; ++l) {\n"
-      << "          const int64_t row = in_off + " << offset_of("i + l") << ";\n"
-      << "          for (int64_t g = 0; g < block; ++g) " << step("lanes[l][g]", load("row + g")) << "\n"
-      << "        }\n"
-      << "      if (i < n)\n"
-      << "        for (int l = 0; l < kRowLanes; ++l) {\n"
-      << "          if (i + l < n) {\n"
-      << "            const int64_t row = in_off + " << offset_of("i + l") << ";\n"
+      << "      " << acc << " lanes[kRowLanes][kBlock], chain[kBlock];\n"
+      << "      for (int64_t b = 0;; b += kVtpuSegment) {\n"
+      << "        const int64_t len = std::min(kVtpuSegment, n - b);\n"
+      << "        for (int l = 0; l < kRowLanes; ++l)\n"
+      << "          for (int64_t g = 0; g < block; ++g) lanes[l][g] = " << init << ";\n"
+      << "        int64_t i = 0;\n"
+      << "        for (; i + kRowLanes <= len; i += kRowLanes)\n"
+      << "          for (int l = 0; l < kRowLanes; ++l) {\n"
+      << "            const int64_t row = in_off + " << offset_of("b + i + l") << ";\n"
       << "            for (int64_t g = 0; g < block; ++g) " << step("lanes[l][g]", load("row + g")) << "\n"
-      << "          } else {\n"
-      << "            for (int64_t g = 0; g < block; ++g) " << step("lanes[l][g]", acc + "(" + init + ")") << "\n"
       << "          }\n"
+      << "        if (i < len)\n"
+      << "          for (int l = 0; l < kRowLanes; ++l) {\n"
+      << "            if (i + l < len) {\n"
+      << "              const int64_t row = in_off + " << offset_of("b + i + l") << ";\n"
+      << "              for (int64_t g = 0; g < block; ++g) " << step("lanes[l][g]", load("row + g")) << "\n"
+      << "            } else {\n"
+      << "              for (int64_t g = 0; g < block; ++g) " << step("lanes[l][g]", acc + "(" + init + ")") << "\n"
+      << "            }\n"
+      << "          }\n"
+      << "        for (int w = kRowLanes / 2; w > 0; w /= 2)\n"
+      << "          for (int l = 0; l < w; ++l)\n"
+      << "            for (int64_t g = 0; g < block; ++g) " << step("lanes[l][g]", "lanes[l + w][g]") << "\n"
+      << "        if (n <= kVtpuSegment) {\n"
+      << "          for (int64_t g = 0; g < block; ++g) chain[g] = lanes[0][g];\n"
+      << "          break;\n"
       << "        }\n"
-      << "      for (int w = kRowLanes / 2; w > 0; w /= 2)\n"
-      << "        for (int l = 0; l < w; ++l)\n"
-      << "          for (int64_t g = 0; g < block; ++g) " << step("lanes[l][g]", "lanes[l + w][g]") << "\n"
+      << "        if (b == 0)\n"
+      << "          for (int64_t g = 0; g < block; ++g) chain[g] = " << init << ";\n"
+      << "        for (int64_t g = 0; g < block; ++g) " << step("chain[g]", "lanes[0][g]") << "\n"
+      << "        if (b + kVtpuSegment >= n) break;\n"
+      << "      }\n"
       << "      for (int64_t g = 0; g < block; ++g) {\n"
       << "        " << acc << " acc = " << init << ";\n"
-      << "        " << step("acc", "lanes[0][g]") << "\n"
+      << "        " << step("acc", "chain[g]") << "\n"
       << "        out[out_off + g * c.out_strides[" << kd << "]] = vtpu_store_t<" << out_t << ">::of(acc" << finish
       << ");\n"
       << "      }\n"
@@ -181,18 +194,16 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
       << "  }\n";
   }
 
-  if (rows) {
-    const std::string n = "c.sizes[" + std::to_string(last_reduced) + "]";
-    const std::string st = "c.in_strides[" + std::to_string(last_reduced) + "]";
-    loops.emit_offsets("  ", "begin");
-    s << "  for (int64_t o = begin; o < end; ++o) {\n";
-    s << "    " << acc << " acc = " << init << ";\n";
-    auto [offset, depth] = loops.open_loops("    ", true);
-    const std::string ind = "    " + std::string(2 * depth, ' ');
+  // The row's length and the combine as a lambda, for the segments path too.
+  const std::string row_n = loops.merged_row() ? "c.row_n" : "c.sizes[" + std::to_string(last_reduced) + "]";
+  const std::string combine_fn =
+      "[](" + acc + " a, " + acc + " b) { return " + step("a", "b").substr(4) + " }";  // "a = a + b;" -> "a + b;"
+  // The part of one row (or, with `segment`, of its segment at b of len
+  // elements) in vtpu_lanes_reduce's order; base is the row's offset.
+  auto emit_row_part = [&](const std::string& ind, const std::string& offset, bool segment) {
     auto lanes = [&](const std::string& index) {
-      const std::string combine_ab = step("a", "b").substr(4);  // "a = a + b;" -> "a + b;"
-      return "vtpu_lanes_reduce<" + acc + ">(n, " + acc + "(" + init + "), [&](int64_t i) { return " + load(index) +
-             "; }, [](" + acc + " a, " + acc + " b) { return " + combine_ab + " })";
+      return (segment ? "vtpu_lanes_segment<" + acc + ">(b, len, " : "vtpu_lanes_reduce<" + acc + ">(n, ") + acc + "(" +
+             init + "), [&](int64_t i) { return " + load(index) + "; }, " + combine_fn + ")";
     };
     if (loops.merged_row()) {
       s << ind << "const int64_t base = " << offset << ", n = c.row_n, st = c.row_st;\n"
@@ -200,10 +211,19 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
         << ind << "                        : st == 1 ? " << lanes("base + i") << "\n"
         << ind << "                        : " << lanes("base + i * st") << ";\n";
     } else {
-      s << ind << "const int64_t base = " << offset << ", n = " << n << ", st = " << st << ";\n"
+      s << ind << "const int64_t base = " << offset << ", n = " << row_n << ", st = c.in_strides[" << last_reduced
+        << "];\n"
         << ind << "const " << acc << " part = st == 1 ? " << lanes("base + i") << "\n"
         << ind << "                        : " << lanes("base + i * st") << ";\n";
     }
+  };
+  if (rows) {
+    loops.emit_offsets("  ", "begin");
+    s << "  for (int64_t o = begin; o < end; ++o) {\n";
+    s << "    " << acc << " acc = " << init << ";\n";
+    auto [offset, depth] = loops.open_loops("    ", true);
+    const std::string ind = "    " + std::string(2 * depth, ' ');
+    emit_row_part(ind, offset, false);
     s << ind << step("acc", "part") << "\n";
     loops.close_loops("    ", depth);
     s << "    out[out_off] = vtpu_store_t<" << out_t << ">::of(acc" << finish << ");\n";
@@ -245,7 +265,46 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
       << ">::of(lanes[l]" << finish << ");\n"
       << "    o += group;\n  }\n";
   }
-  s << "}\n}  // namespace ns_" << symbol << "\n";
+  s << "}\n";
+  // Long rows over few outputs (a whole-tensor sum has one) are reduced by
+  // segments (vtpu_lanes_reduce's), spread over the threads: each task is one
+  // segment of one output's row; the entry combines each output's segments
+  // in order, which gives the bits of the one-thread path.
+  const bool segmented = rows && only_row_reduced;
+  if (segmented) {
+    s << "void segment_body(int64_t begin, int64_t end, void* raw) {\n"
+      << "  const Context c = *static_cast<const Context*>(raw);\n"
+      << "  const " << in_t << "* in = reinterpret_cast<const " << in_t << "*>(c.in);\n"
+      << "  " << acc << "* parts = static_cast<" << acc << "*>(c.parts);\n"
+      << "  for (int64_t t = begin; t < end; ++t) {\n"
+      << "    const int64_t o = t / c.segments, b = (t % c.segments) * kVtpuSegment;\n";
+    loops.emit_offsets("    ", "o");
+    s << "    const int64_t len = std::min(kVtpuSegment, " << row_n << " - b);\n";
+    emit_row_part("    ", "in_off", true);
+    s << "    parts[t] = part;\n  }\n}\n";
+  }
+  s << "}  // namespace ns_" << symbol << "\n";
+  std::string segments_dispatch;
+  if (segmented) {
+    std::ostringstream d;
+    d << "  if (args->parallel_for != nullptr && outputs < 64 && " << row_n << " > kVtpuSegment && !(" << blocked_when
+      << ")) {\n"
+      << "    c.segments = vtpu_segments(" << row_n << ");\n"
+      << "    vtpu_scratch<" << acc << "> parts(outputs * c.segments);\n"
+      << "    if (parts.p != nullptr) {\n"
+      << "      c.parts = parts.p;\n"
+      << "      args->parallel_for(outputs * c.segments, 1, &segment_body, &c, args->runner);\n"
+      << "      for (int64_t o = 0; o < outputs; ++o) {\n";
+    ReductionLoops(d, rank, reduced, /*merge_row=*/true).emit_offsets("        ", "o");
+    d << "        " << acc << " acc = " << init << ";\n"
+      << "        const " << acc << " part = vtpu_segments_combine(parts.p + o * c.segments, c.segments, " << acc << "("
+      << init << "), " << combine_fn << ");\n"
+      << "        " << step("acc", "part") << "\n"
+      << "        reinterpret_cast<" << out_t << "*>(c.out)[out_off] = vtpu_store_t<" << out_t << ">::of(acc" << finish
+      << ");\n"
+      << "      }\n      return;\n    }\n  }\n";
+    segments_dispatch = d.str();
+  }
 
   // Columns: a chunk of the parallel loop is a whole group of columns where
   // there are enough (with the cost-based grain alone, 512 columns of 8192
@@ -261,7 +320,8 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
   loops.emit_entry(symbol, false,
                    !rows ? "std::min<int64_t>(kGroup, (outputs + 1) / 2)"
                    : blocked_rows ? "(" + blocked_when + ") ? std::min<int64_t>(128, (outputs + 1) / 2) : int64_t(1)"
-                                  : "");
+                                  : "",
+                   segments_dispatch);
   return {symbol, s.str()};
 }
 

@@ -57,7 +57,8 @@ void ReductionLoops::emit_row_offset() const {
   s_ << "  return off;\n}\n";
 }
 
-void ReductionLoops::emit_entry(const std::string& symbol, bool with_scalars, const std::string& min_grain) const {
+void ReductionLoops::emit_entry(const std::string& symbol, bool with_scalars, const std::string& min_grain,
+                                const std::string& before_dispatch) const {
   s_ << "extern \"C\" __attribute__((visibility(\"default\"))) void " << symbol
      << "(const struct VtpuLaunchArgs* args) {\n"
      << "  using namespace ns_" << symbol << ";\n"
@@ -83,7 +84,7 @@ void ReductionLoops::emit_entry(const std::string& symbol, bool with_scalars, co
        << "    c.row_n *= c.sizes[d];\n  }\n";
   }
   // Parallel over outputs; each output's reduction runs in one thread.
-  s_ << "  if (outputs <= 0) return;\n"
+  s_ << "  if (outputs <= 0) return;\n" << before_dispatch
      << "  int64_t grain = c.count > 0 ? (32768 + c.count - 1) / c.count : 32768;\n";
   if (!min_grain.empty()) s_ << "  grain = std::max<int64_t>(grain, " << min_grain << ");\n";
   s_ << "  if (args->parallel_for != nullptr && outputs > 1 && outputs * c.count > 32768)\n"

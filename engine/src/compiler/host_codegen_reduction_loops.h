@@ -44,7 +44,11 @@ class ReductionLoops {
   // in c.scalars.
   // `min_grain`: a C++ expression (of `outputs`) the parallel grain is
   // raised to, when a kernel's loops want wider chunks than its cost asks.
-  void emit_entry(const std::string& symbol, bool with_scalars, const std::string& min_grain = "") const;
+  // `before_dispatch`: statements run once the Context is filled and there
+  // are outputs, before the split over outputs (a kernel's other way to
+  // split the work, which returns when it took it).
+  void emit_entry(const std::string& symbol, bool with_scalars, const std::string& min_grain = "",
+                  const std::string& before_dispatch = "") const;
 
  private:
   std::ostream& s_;

@@ -124,6 +124,32 @@ static inline void vtpu_half_lanes_store(const float* in, vtpu_half* p) {
   for (int l = 0; l < 16; ++l) p[l] = vtpu_to_half(in[l]);
 #endif
 }
+// vtpu_lanes_segment and vtpu_lanes_reduce over a contiguous float16 row p
+// (each value widened to T; reductions): the same order and bits, its groups
+// of 16 converted by vtpu_half_lanes_load (a float16 row sum took 4x the
+// time of a float32 one with vtpu_load's integer conversion).
+template <typename T, typename Combine>
+static inline T vtpu_half_lanes_segment(const vtpu_half* p, int64_t begin, int64_t n, T init, Combine combine) {
+  T lanes[16];
+  for (int l = 0; l < 16; ++l) lanes[l] = init;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    float v[16];
+    vtpu_half_lanes_load(p + begin + i, v);
+#pragma GCC unroll 1
+    for (int l = 0; l < 16; ++l) lanes[l] = combine(lanes[l], static_cast<T>(v[l]));
+  }
+  if (i < n)
+    for (int l = 0; l < 16; ++l) lanes[l] = combine(lanes[l], i + l < n ? static_cast<T>(vtpu_load(p[begin + i + l])) : init);
+  for (int w = 8; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) lanes[l] = combine(lanes[l], lanes[l + w]);
+  return lanes[0];
+}
+template <typename T, typename Combine>
+static inline T vtpu_half_lanes_reduce(const vtpu_half* p, int64_t n, T init, Combine combine) {
+  return vtpu_by_segments(n, init, combine,
+                          [&](int64_t b, int64_t len) { return vtpu_half_lanes_segment(p, b, len, init, combine); });
+}
 // Each lane rounded to float16 and back (a value a later op of a fused
 // kernel reads as strict mode's stored float16).
 static inline void vtpu_half_lanes_round(float* v) {

@@ -202,6 +202,10 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
   // elements) in vtpu_lanes_reduce's order; base is the row's offset.
   auto emit_row_part = [&](const std::string& ind, const std::string& offset, bool segment) {
     auto lanes = [&](const std::string& index) {
+      if (in.dtype == DType::kFloat16 && index == "base + i")  // a contiguous float16 row
+        return (segment ? "vtpu_half_lanes_segment<" + acc + ">(in + base, b, len, "
+                        : "vtpu_half_lanes_reduce<" + acc + ">(in + base, n, ") +
+               acc + "(" + init + "), " + combine_fn + ")";
       return (segment ? "vtpu_lanes_segment<" + acc + ">(b, len, " : "vtpu_lanes_reduce<" + acc + ">(n, ") + acc + "(" +
              init + "), [&](int64_t i) { return " + load(index) + "; }, " + combine_fn + ")";
     };

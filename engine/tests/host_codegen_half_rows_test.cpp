@@ -4,7 +4,8 @@
 // bits: every float16 pattern (NaNs, infinities, subnormals, signed zeros)
 // is reduced once in a contiguous row and once in a row of stride 2, by
 // sum, mean and amax, in rows of a whole number of lane groups, rows with a
-// remainder, and one long row split into segments on threads.
+// remainder, one long row split into segments on threads, and columns
+// (whose groups of 32 neighbouring outputs convert likewise).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,6 +34,7 @@ struct HalfCase {
   std::string name;
   OpKind op;
   std::int64_t rows, n;
+  std::int64_t dim = 1;  // 0: column reductions (groups of 32 neighbouring outputs)
 };
 
 TEST(HostCodegenHalfRows, ContiguousRowsGiveTheStridedRowsBits) {
@@ -44,6 +46,8 @@ TEST(HostCodegenHalfRows, ContiguousRowsGiveTheStridedRowsBits) {
       {"amax_groups", OpKind::Amax, 128, 512},
       {"sum_long_row", OpKind::Sum, 1, 65536},    // two segments, on threads
       {"amax_long_row", OpKind::Amax, 1, 65536},
+      {"sum_columns", OpKind::Sum, 300, 200, 0},  // 6 groups of 32 and 8 more
+      {"amax_columns", OpKind::Amax, 256, 256, 0},
   };
   std::vector<GeneratedKernel> kernels;
   for (const auto& c : cases)
@@ -51,22 +55,27 @@ TEST(HostCodegenHalfRows, ContiguousRowsGiveTheStridedRowsBits) {
       const TensorType in = std::string(layout) == "contiguous"
                                 ? TensorType::contiguous(DType::kFloat16, {c.rows, c.n})
                                 : TensorType{DType::kFloat16, {c.rows, c.n}, {2 * c.n, 2}};
-      kernels.push_back(generate_host_kernel(ir::single_op(c.op, {in}, {{"dims", std::vector<std::int64_t>{1}}, {"keepdim", false}}),
+      kernels.push_back(generate_host_kernel(ir::single_op(c.op, {in}, {{"dims", std::vector<std::int64_t>{c.dim}}, {"keepdim", false}}),
                                              c.name + "_" + layout));
     }
   const auto library = KernelLibrary::load(testing::compile_once(host_translation_unit(kernels)));
   std::mt19937 rng(5);
   for (const auto& c : cases) {
     // Every 16-bit pattern (repeated to fill the rows), shuffled; finite
-    // ones only where a sum would otherwise be NaN in every row.
+    // ones only for sums (a row holding +inf and -inf is NaN either way),
+    // no NaNs for amax over many outputs (every output would be NaN).
     std::vector<std::uint16_t> patterns;
     for (std::uint32_t p = 0; p < 65536; ++p) {
-      const bool finite = (p & 0x7c00u) != 0x7c00u;
-      if (c.op == OpKind::Amax || finite) patterns.push_back(static_cast<std::uint16_t>(p));
+      const bool finite = (p & 0x7c00u) != 0x7c00u, nan = !finite && (p & 0x3ffu) != 0;
+      if (c.op == OpKind::Amax ? (!nan || c.rows == 1) : finite) patterns.push_back(static_cast<std::uint16_t>(p));
     }
     std::vector<std::uint16_t> values(static_cast<std::size_t>(c.rows * c.n));
     for (std::size_t i = 0; i < values.size(); ++i) values[i] = patterns[i % patterns.size()];
     std::shuffle(values.begin(), values.end(), rng);
+    if (values.size() < patterns.size()) {  // a random sample: not the lowest patterns alone
+      std::uniform_int_distribution<std::size_t> pick(0, patterns.size() - 1);
+      for (auto& v : values) v = patterns[pick(rng)];
+    }
     std::vector<std::uint16_t> strided(2 * values.size(), 0x7e00u);  // NaN between: a wrong read shows
     for (std::size_t i = 0; i < values.size(); ++i) strided[2 * i] = values[i];
 
@@ -74,13 +83,13 @@ TEST(HostCodegenHalfRows, ContiguousRowsGiveTheStridedRowsBits) {
       std::vector<std::vector<std::uint16_t>> outs;
       for (const char* layout : {"contiguous", "strided"}) {
         const bool contiguous = std::string(layout) == "contiguous";
-        std::vector<std::uint16_t> out(static_cast<std::size_t>(c.rows), 0xffffu);
+        std::vector<std::uint16_t> out(static_cast<std::size_t>(c.dim == 1 ? c.rows : c.n), 0xffffu);
         VtpuTensorArg args[2] = {};
         args[0].data = out.data();
         args[0].sizes[0] = c.rows;
         args[0].sizes[1] = c.n;
-        args[0].strides[0] = 1;
-        args[0].strides[1] = 0;
+        args[0].strides[0] = c.dim == 1 ? 1 : 0;
+        args[0].strides[1] = c.dim == 1 ? 0 : 1;
         args[1].data = contiguous ? values.data() : strided.data();
         args[1].sizes[0] = c.rows;
         args[1].sizes[1] = c.n;
@@ -92,7 +101,7 @@ TEST(HostCodegenHalfRows, ContiguousRowsGiveTheStridedRowsBits) {
       }
       EXPECT_EQ(outs[0], outs[1]) << c.name << (parallel_for ? " threaded" : " serial");
       // Not a vacuous comparison: the sums are not all one value.
-      if (c.rows > 1) EXPECT_GT(std::count_if(outs[0].begin(), outs[0].end(), [&](std::uint16_t v) { return v != outs[0][0]; }), 0)
+      if (outs[0].size() > 1) EXPECT_GT(std::count_if(outs[0].begin(), outs[0].end(), [&](std::uint16_t v) { return v != outs[0][0]; }), 0)
           << c.name;
     }
   }

@@ -258,8 +258,14 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
     s << ind << "const int64_t base = " << offset << ";\n"
       << ind << "if (st == 1) {\n"
       << ind << "  int64_t l = 0;\n"
-      << ind << "  for (; l + kLanes <= group; l += kLanes)\n"
-      << ind << "    for (int j = 0; j < kLanes; ++j) " << step("lanes[l + j]", load("base + l + j")) << "\n"
+      << ind << "  for (; l + kLanes <= group; l += kLanes) {\n";
+    if (in.dtype == DType::kFloat16)  // converted 16 at a time (vtpu_half_lanes_segment says why)
+      s << ind << "    float v[kLanes];\n"
+        << ind << "    for (int j = 0; j < kLanes; j += 16) vtpu_half_lanes_load(in + base + l + j, v + j);\n"
+        << ind << "    for (int j = 0; j < kLanes; ++j) " << step("lanes[l + j]", "static_cast<" + acc + ">(v[j])") << "\n";
+    else
+      s << ind << "    for (int j = 0; j < kLanes; ++j) " << step("lanes[l + j]", load("base + l + j")) << "\n";
+    s << ind << "  }\n"
       << ind << "  for (; l < group; ++l) " << step("lanes[l]", load("base + l")) << "\n"
       << ind << "} else {\n"
       << ind << "  for (int l = 0; l < group; ++l) " << step("lanes[l]", load("base + l * st")) << "\n"

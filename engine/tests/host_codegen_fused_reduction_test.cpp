@@ -122,6 +122,7 @@ void run(const KernelLibrary& library, const std::string& symbol, std::vector<Vt
 
 TEST(HostCodegenFusedReduction, GivesTheBitsOfTheUnfusedKernels) {
   auto f32 = [](Ints sizes) { return TensorType::contiguous(DType::kFloat32, std::move(sizes)); };
+  auto f64 = [](Ints sizes) { return TensorType::contiguous(DType::kFloat64, std::move(sizes)); };
   const std::vector<Spec> specs = {
       // RMSNorm's statistic: mean(x^2) over the last dim, keepdim.
       {"rms", {f32({6, 37})},
@@ -210,6 +211,25 @@ TEST(HostCodegenFusedReduction, GivesTheBitsOfTheUnfusedKernels) {
       {"long_amax_bf16", {TensorType::contiguous(DType::kBFloat16, {1, 40000})},
        [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>&) { return g.add_node(OpKind::Neg, {in[0]}); },
        OpKind::Amax, {1}, true},
+      // Narrow columns (fewer than 16 kept along the innermost dim): lanes
+      // down each output's column, in segments of 32768 rows on threads; a
+      // broadcast row operand, a stored result, and a column-major operand.
+      // float64: another summation order shows in the bits.
+      {"narrow_columns", {f64({3 * 32768 + 7, 4}), TensorType{DType::kFloat64, {3 * 32768 + 7, 4}, {0, 1}}},
+       [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>& extra) {
+         const ValueId d = g.add_node(OpKind::Sub, {in[0], in[1]});
+         extra.push_back(g.add_node(OpKind::Neg, {d}));
+         return g.add_node(OpKind::Mul, {d, d});
+       },
+       OpKind::Sum, {0}, false},
+      {"narrow_columns_strided", {TensorType{DType::kFloat64, {5000, 3}, {1, 5000}}, f64({5000, 3})},
+       [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>&) {
+         return g.add_node(OpKind::Add, {in[0], in[1]});
+       },
+       OpKind::Mean, {0}, true},
+      {"narrow_columns_3d", {f64({40, 900, 5})},
+       [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>&) { return g.add_node(OpKind::Abs, {in[0]}); },
+       OpKind::Amax, {0, 1}, false},
       {"prod", {f32({3, 8})},
        [](ir::Graph& g, const std::vector<ValueId>& in, std::vector<ValueId>&) { return g.add_node(OpKind::Sigmoid, {in[0]}); },
        OpKind::Prod, {1}, false},

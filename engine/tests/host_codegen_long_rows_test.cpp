@@ -82,6 +82,35 @@ ir::Buffer spread_values(const TensorType& type, std::mt19937& rng, bool with_na
   return buffer;
 }
 
+// The combine and identity of a reduction, in double.
+struct Reducer {
+  Combine combine;
+  double identity;
+};
+Reducer reducer_of(OpKind op) {
+  if (op == OpKind::Amax) return {[](double a, double b) { return (std::isnan(a) || a > b) ? a : b; }, -INFINITY};
+  if (op == OpKind::Prod) return {[](double a, double b) { return a * b; }, 1.0};
+  return {[](double a, double b) { return a + b; }, 0.0};
+}
+
+// spread_values, with a NaN for amax and factors near 1 for prod (so the
+// product stays finite).
+ir::Buffer values_for(OpKind op, const TensorType& type, std::mt19937& rng) {
+  ir::Buffer in = spread_values(type, rng, op == OpKind::Amax);
+  if (op == OpKind::Prod) {
+    auto* v = reinterpret_cast<double*>(in.bytes.data());
+    for (std::int64_t i = 0; i < type.storage_extent(); ++i) v[i] = 1.0 + std::ldexp(v[i], -24);
+  }
+  return in;
+}
+
+void expect_same_bits(const std::vector<double>& want, const std::vector<double>& got, const std::string& what) {
+  ASSERT_EQ(want.size(), got.size()) << what;
+  for (std::size_t o = 0; o < want.size(); ++o)
+    EXPECT_TRUE(std::memcmp(&want[o], &got[o], sizeof(double)) == 0 || (std::isnan(want[o]) && std::isnan(got[o])))
+        << what << " output " << o << ": " << got[o] << " against " << want[o];
+}
+
 TEST(HostCodegenLongRows, FollowTheDocumentedSegmentOrderOnAnyThreads) {
   auto f64 = [](std::vector<std::int64_t> sizes) { return TensorType::contiguous(DType::kFloat64, std::move(sizes)); };
   const std::vector<LongRowCase> cases = {
@@ -109,16 +138,8 @@ TEST(HostCodegenLongRows, FollowTheDocumentedSegmentOrderOnAnyThreads) {
   const auto library = KernelLibrary::load(testing::compile_once(host_translation_unit(kernels)));
   std::mt19937 rng(29);
   for (const auto& c : cases) {
-    const bool amax = c.op == OpKind::Amax, prod = c.op == OpKind::Prod;
-    const Combine combine = amax ? Combine([](double a, double b) { return (std::isnan(a) || a > b) ? a : b; })
-                            : prod ? Combine([](double a, double b) { return a * b; })
-                                   : Combine([](double a, double b) { return a + b; });
-    const double identity = amax ? -INFINITY : prod ? 1.0 : 0.0;
-    ir::Buffer in = spread_values(c.input, rng, amax);
-    if (prod) {  // factors near 1, so the product stays finite
-      auto* v = reinterpret_cast<double*>(in.bytes.data());
-      for (std::int64_t i = 0; i < c.input.storage_extent(); ++i) v[i] = 1.0 + std::ldexp(v[i], -24);
-    }
+    const auto [combine, identity] = reducer_of(c.op);
+    ir::Buffer in = values_for(c.op, c.input, rng);
     const auto* values = reinterpret_cast<const double*>(in.bytes.data());
     const std::int64_t rows = c.whole ? 1 : c.input.sizes[0];
     std::vector<double> expected;
@@ -142,14 +163,118 @@ TEST(HostCodegenLongRows, FollowTheDocumentedSegmentOrderOnAnyThreads) {
       const int splits_before = testing::split_launches().load();
       VtpuLaunchArgs launch{kLaunchAbiVersion, 2, 2, args, nullptr, parallel_for, nullptr, nullptr};
       library.get("long_" + c.name)(&launch);
-      const char* how = parallel_for ? " threaded" : " serial";
-      for (std::int64_t o = 0; o < rows; ++o) {
-        const double want = expected[static_cast<std::size_t>(o)], got = out[static_cast<std::size_t>(o)];
-        EXPECT_TRUE(std::memcmp(&want, &got, sizeof(double)) == 0 || (std::isnan(want) && std::isnan(got)))
-            << c.name << how << " output " << o << ": " << got << " against " << want;
-      }
-      if (amax) EXPECT_TRUE(std::isnan(out[0])) << c.name;
+      expect_same_bits(expected, out, c.name + (parallel_for ? " threaded" : " serial"));
+      if (c.op == OpKind::Amax) EXPECT_TRUE(std::isnan(out[0])) << c.name;
       // One output's segments went out to several threads.
+      if (parallel_for != nullptr && c.splits) EXPECT_GT(testing::split_launches().load(), splits_before) << c.name;
+    }
+  }
+}
+
+// Narrow columns (host_codegen_narrow_columns.h): a kept innermost dim of
+// fewer than 16 elements reduces each output's elements, in row-major order
+// of the reduced dims, in the documented order above; 16 or more keep the
+// sequential order per output.
+struct ColumnCase {
+  std::string name;
+  OpKind op;
+  TensorType input;  // float64
+  std::vector<std::int64_t> dims;
+  bool narrow;
+  bool splits;  // few groups of outputs and columns of several segments
+};
+
+TEST(HostCodegenLongRows, NarrowColumnsFollowTheDocumentedOrder) {
+  auto f64 = [](std::vector<std::int64_t> sizes) { return TensorType::contiguous(DType::kFloat64, std::move(sizes)); };
+  const std::int64_t tall = 3 * kSegment + 5;
+  const std::vector<ColumnCase> cases = {
+      {"tall", OpKind::Sum, f64({tall, 4}), {0}, true, true},
+      {"tall_one_column", OpKind::Sum, f64({tall, 1}), {0}, true, true},
+      {"short", OpKind::Sum, f64({37, 5}), {0}, true, false},
+      {"mean_15", OpKind::Mean, f64({1000, 15}), {0}, true, false},
+      {"amax_nan", OpKind::Amax, f64({2 * kSegment + 3, 3}), {0}, true, true},
+      {"prod", OpKind::Prod, f64({kSegment + 9, 2}), {0}, true, true},
+      // Column-major storage: the reduced elements of an output are not one
+      // run of a stride, and each row is strided.
+      {"transposed", OpKind::Sum, TensorType{DType::kFloat64, {40000, 3}, {1, 40000}}, {0}, true, true},
+      // Two reduced dims, nested in memory and not (dims 0 and 1 swapped).
+      {"two_dims", OpKind::Sum, f64({300, 200, 4}), {0, 1}, true, true},
+      {"two_dims_not_nested", OpKind::Sum, TensorType{DType::kFloat64, {300, 200, 4}, {4, 1200, 1}}, {0, 1}, true, true},
+      // A kept leading dim: several groups of outputs.
+      {"groups", OpKind::Sum, f64({5, 9000, 6}), {1}, true, false},
+      // Sixteen columns are not narrow: each output in sequential order.
+      {"wide", OpKind::Sum, f64({3000, 16}), {0}, false, false},
+  };
+  std::vector<GeneratedKernel> kernels;
+  for (const auto& c : cases)
+    kernels.push_back(generate_host_kernel(ir::single_op(c.op, {c.input}, {{"dims", c.dims}, {"keepdim", true}}),
+                                           "cols_" + c.name));
+  const auto library = KernelLibrary::load(testing::compile_once(host_translation_unit(kernels)));
+  std::mt19937 rng(31);
+  for (const auto& c : cases) {
+    const auto [combine, identity] = reducer_of(c.op);
+    ir::Buffer in = values_for(c.op, c.input, rng);
+    const auto* values = reinterpret_cast<const double*>(in.bytes.data());
+    const auto rank = static_cast<std::size_t>(c.input.rank());
+    std::vector<bool> reduced(rank, false);
+    for (auto d : c.dims) reduced[static_cast<std::size_t>(d)] = true;
+    // Outputs in row-major order of the kept dims; each output's elements in
+    // row-major order of the reduced dims.
+    std::vector<std::int64_t> kept_sizes, reduced_sizes;
+    for (std::size_t d = 0; d < rank; ++d) (reduced[d] ? reduced_sizes : kept_sizes).push_back(c.input.sizes[d]);
+    auto product = [](const std::vector<std::int64_t>& v) {
+      std::int64_t p = 1;
+      for (auto x : v) p *= x;
+      return p;
+    };
+    const std::int64_t outputs = product(kept_sizes), count = product(reduced_sizes);
+    auto coords = [](std::int64_t index, const std::vector<std::int64_t>& sizes) {
+      std::vector<std::int64_t> out(sizes.size());
+      for (std::size_t k = sizes.size(); k-- > 0;) {
+        out[k] = index % sizes[k];
+        index /= sizes[k];
+      }
+      return out;
+    };
+    std::vector<double> expected;
+    for (std::int64_t o = 0; o < outputs; ++o) {
+      const auto kc = coords(o, kept_sizes);
+      std::vector<double> elements;
+      for (std::int64_t e = 0; e < count; ++e) {
+        const auto rc = coords(e, reduced_sizes);
+        std::int64_t offset = 0;
+        for (std::size_t d = 0, ki = 0, ri = 0; d < rank; ++d)
+          offset += (reduced[d] ? rc[ri++] : kc[ki++]) * c.input.strides[d];
+        elements.push_back(values[offset]);
+      }
+      double value = identity;
+      if (c.narrow) {
+        value = documented(elements, identity, combine);
+      } else {
+        for (double v : elements) value = combine(value, v);
+      }
+      if (c.op == OpKind::Mean) value /= static_cast<double>(count);
+      expected.push_back(value);
+    }
+    const TensorType out_type = TensorType::contiguous(DType::kFloat64, [&] {
+      std::vector<std::int64_t> sizes = c.input.sizes;
+      for (std::size_t d = 0; d < rank; ++d)
+        if (reduced[d]) sizes[d] = 1;
+      return sizes;
+    }());
+    for (VtpuParallelFor parallel_for : {static_cast<VtpuParallelFor>(nullptr), &testing::threaded_for}) {
+      std::vector<double> out(static_cast<std::size_t>(outputs), -1.0);
+      VtpuTensorArg args[2] = {};
+      args[0].data = out.data();
+      args[1] = testing::tensor_arg(in.bytes.data(), c.input);
+      for (std::size_t d = 0; d < rank; ++d) {
+        args[0].sizes[d] = c.input.sizes[d];
+        args[0].strides[d] = reduced[d] ? 0 : out_type.strides[d];
+      }
+      const int splits_before = testing::split_launches().load();
+      VtpuLaunchArgs launch{kLaunchAbiVersion, static_cast<std::int32_t>(rank), 2, args, nullptr, parallel_for, nullptr, nullptr};
+      library.get("cols_" + c.name)(&launch);
+      expect_same_bits(expected, out, c.name + (parallel_for ? " threaded" : " serial"));
       if (parallel_for != nullptr && c.splits) EXPECT_GT(testing::split_launches().load(), splits_before) << c.name;
     }
   }

@@ -114,17 +114,21 @@ def test_reduction_kinds_and_layouts_match_strict(reduce):
     assert torch.equal(out.cpu(), _in_strict(program, x).cpu())
 
 
-@pytest.mark.parametrize("reduce", ["sum_all", "mean_rows", "amax_all"])
-def test_rows_longer_than_a_segment_fused_equal_strict_and_the_cpu(reduce):
+@pytest.mark.parametrize("reduce", ["sum_all", "mean_rows", "amax_all", "narrow_columns", "narrow_columns_3d"])
+def test_long_rows_and_narrow_columns_fused_equal_strict_and_the_cpu(reduce):
     # Rows beyond 32768 elements are reduced in segments, split over the
-    # threads when the outputs are few (a whole-tensor sum has one): fused
-    # kernels and strict's single-op kernels follow the same order. float64,
-    # values over 40 binary orders of magnitude: another order shows in the bits.
+    # threads when the outputs are few (a whole-tensor sum has one), and
+    # columns under 16 wide take the same lanes order down each column:
+    # fused kernels and strict's single-op kernels follow the same order.
+    # float64, values over 40 binary orders of magnitude: another order
+    # shows in the bits.
     torch.manual_seed(2)
     programs = {
         "sum_all": (lambda t: (t * t).sum(), (3, 70001)),
         "mean_rows": (lambda t: (t - 0.5).mean(-1), (2, 100000)),
         "amax_all": (lambda t: t.abs().amax(), (400, 300)),
+        "narrow_columns": (lambda t: (t * t).sum(0), (100003, 4)),
+        "narrow_columns_3d": (lambda t: (t + 1.0).mean((0, 1), keepdim=True), (50, 2001, 3)),
     }
     program, shape = programs[reduce]
     x_cpu = torch.randn(*shape, dtype=torch.float64) * torch.pow(2.0, torch.randint(-20, 20, shape).double())

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "host_codegen_internal.h"
+#include "host_codegen_narrow_columns.h"
 #include "vtpu/compiler/launch_abi.h"
 #include "vtpu/runtime/error.h"
 
@@ -108,7 +109,8 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
   s << "  const double* scalars;\n  int64_t count;\n  int64_t sizes[VTPU_MAX_RANK];\n  int64_t strides["
     << num_tensors << "][VTPU_MAX_RANK];\n"
     << "  int64_t row_n;\n  int64_t row_st[" << num_tensors << "];\n  bool row_merged;\n  bool row_fast;\n"
-    << "  bool col_fast;\n  void* parts;\n  int64_t segments;\n};\n"
+    << "  bool col_fast;\n  void* parts;\n  int64_t segments;\n  bool r_nested;\n  int64_t r_st[" << num_tensors
+    << "];\n};\n"
     << "constexpr int kLanes = 32;\nconstexpr int kGroup = 2048;\n";
   // The row's offset of element i of tensor t when its dims do not nest.
   s << "inline int64_t row_offset(const Context& c, int t, int64_t i) {\n  int64_t off = 0;\n";
@@ -178,13 +180,14 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
   s << "  return static_cast<" << acc << ">(v" << red_input << ");\n}\n";
 
   // Offsets of every tensor for output number `o` (kept-dim coordinates).
-  auto emit_offsets = [&](const std::string& ind, const std::string& index) {
-    s << ind << "int64_t rest = " << index << ";\n";
-    for (int t = 0; t < num_tensors; ++t) s << ind << "int64_t off" << t << " = 0;\n";
+  auto emit_offsets = [&](const std::string& ind, const std::string& index, std::ostream* to = nullptr) {
+    std::ostream& out = to != nullptr ? *to : s;
+    out << ind << "int64_t rest = " << index << ";\n";
+    for (int t = 0; t < num_tensors; ++t) out << ind << "int64_t off" << t << " = 0;\n";
     for (int d = rank - 1; d >= 0; --d) {
       if (reduced[static_cast<std::size_t>(d)]) continue;
-      s << ind << "const int64_t k" << d << " = rest % c.sizes[" << d << "]; rest /= c.sizes[" << d << "];\n";
-      for (int t = 0; t < num_tensors; ++t) s << ind << "off" << t << " += k" << d << " * c.strides[" << t << "][" << d << "];\n";
+      out << ind << "const int64_t k" << d << " = rest % c.sizes[" << d << "]; rest /= c.sizes[" << d << "];\n";
+      for (int t = 0; t < num_tensors; ++t) out << ind << "off" << t << " += k" << d << " * c.strides[" << t << "][" << d << "];\n";
     }
   };
   // Loops over the reduced dims in row-major order (all, or all but the
@@ -332,6 +335,33 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     close_loops("    ", depth);
     s << "    parts[t] = part;\n  }\n}\n";
   }
+  // Narrow columns (host_codegen_narrow_columns.h): the single-op kernel's
+  // order, element() computing each value once.
+  std::string narrow_dispatch;
+  if (!rows && NarrowColumns::applies(rank, reduced)) {
+    const std::string last = std::to_string(rank - 1);
+    auto combine_expr = [&](const std::string& a, const std::string& b) {
+      return "[](" + acc + " a, " + acc + " b) { return " + combine + "; }(" + a + ", " + b + ")";
+    };
+    NarrowColumns columns{s, rank, reduced, num_tensors, acc, init, combine_expr,
+                          [](const std::string& t, const std::string& d) { return "c.strides[" + t + "][" + d + "]"; }};
+    columns.skip_tensor = red_slot;
+    auto store_g = [&](const std::string& g, const std::string& value) {
+      return store("off" + slot(red_slot) + " + " + g + " * c.strides[" + slot(red_slot) + "][" + last + "]", value);
+    };
+    columns.emit_task([&](const std::string& o) { emit_offsets("  ", o); },
+                      [&](const std::string& ind) {
+                        std::string call = element_head(true);
+                        for (int t = 0; t < num_tensors; ++t)
+                          if (t != red_slot) call += ", row" + slot(t) + " + g * st" + slot(t);
+                        s << ind << "for (int64_t g = 0; g < group; ++g) lane[g] = " << combine_expr("lane[g]", call + ")")
+                          << ";\n";
+                      },
+                      "", nullptr);
+    columns.emit_bodies([&](const std::string& o) { emit_offsets("    ", o); }, store_g);
+    narrow_dispatch = columns.dispatch([&](std::ostream& d, const std::string& o) { emit_offsets("          ", o, &d); },
+                                       store_g);
+  }
   s << "}  // namespace ns_" << symbol << "\n";
 
   s << "extern \"C\" __attribute__((visibility(\"default\"))) void " << symbol
@@ -395,6 +425,7 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
       << "        " << store("off" + slot(red_slot), "acc") << "\n"
       << "      }\n      return;\n    }\n  }\n";
   }
+  s << narrow_dispatch;
   s << "  int64_t grain = c.count > 0 ? (32768 + c.count - 1) / c.count : 32768;\n";
   // Columns: a parallel chunk is a whole group where there are enough
   // columns (host_codegen_reduction.cpp says why).

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "host_codegen_internal.h"
+#include "host_codegen_narrow_columns.h"
 #include "host_codegen_reduction_loops.h"
 #include "vtpu/runtime/error.h"
 
@@ -107,7 +108,7 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
   s << "namespace ns_" << symbol << " {\n"
     << "struct Context { char* out; const char* in; int64_t sizes[VTPU_MAX_RANK]; int64_t out_strides[VTPU_MAX_RANK];"
     << " int64_t in_strides[VTPU_MAX_RANK]; int64_t count; int64_t row_n; int64_t row_st; bool row_merged;"
-    << " void* parts; int64_t segments; };\n"
+    << " void* parts; int64_t segments; bool r_nested; int64_t r_st[1]; };\n"
     << "constexpr int kLanes = " << kLanes << ";\nconstexpr int kGroup = 2048;\n";
   if (loops.merged_row()) loops.emit_row_offset();
   s << "void body(int64_t begin, int64_t end, void* raw) {\n"
@@ -280,6 +281,53 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
   // segments (vtpu_lanes_reduce's), spread over the threads: each task is one
   // segment of one output's row; the entry combines each output's segments
   // in order, which gives the bits of the one-thread path.
+  // Narrow columns (host_codegen_narrow_columns.h): lanes down the reduced
+  // elements of each output, chosen at launch by the innermost kept size.
+  const bool narrow = !rows && NarrowColumns::applies(rank, reduced);
+  std::string narrow_dispatch;
+  if (narrow) {
+    const std::string last = std::to_string(rank - 1);
+    auto combine_expr = [&](const std::string& a, const std::string& b) {
+      // The template's right-hand side with A and X substituted in one pass
+      // (a and b may hold those letters: INT64_MAX).
+      const std::string rhs = combine.substr(combine.find('=') + 2, combine.size() - combine.find('=') - 3);
+      std::string text;
+      for (char ch : rhs) text += ch == 'A' ? "(" + a + ")" : ch == 'X' ? "(" + b + ")" : std::string(1, ch);
+      return text;
+    };
+    const NarrowColumns columns{s, rank, reduced, 1, acc, init, combine_expr,
+                                [](const std::string&, const std::string& d) { return "c.in_strides[" + d + "]"; }};
+    auto offsets_into = [&](std::ostream& o_s, const std::string& ind, const std::string& o) {
+      ReductionLoops(o_s, rank, reduced, /*merge_row=*/true).emit_offsets(ind, o);
+      o_s << ind << "const int64_t off0 = in_off; (void)out_off;\n"
+          << ind << "const " << in_t << "* in = reinterpret_cast<const " << in_t << "*>(c.in); (void)in;\n"
+          << ind << out_t << "* out = reinterpret_cast<" << out_t << "*>(c.out); (void)out;\n";
+    };
+    auto store = [&](const std::string& g, const std::string& value) {
+      return "out[out_off + " + g + " * c.out_strides[" + last + "]] = vtpu_store_t<" + out_t + ">::of(" + value +
+             finish + ");";
+    };
+    columns.emit_task([&](const std::string& o) { offsets_into(s, "  ", o); },
+                      [&](const std::string& ind) {
+                        s << ind << "for (int64_t g = 0; g < group; ++g) lane[g] = "
+                          << combine_expr("lane[g]", load("row0 + g * st0")) << ";\n";
+                      },
+                      "c.r_nested && st0 == 1 && c.r_st[0] == group",
+                      // Whole groups of 16 reduced elements of a contiguous
+                      // [.., R, group] input are one run of 16 * group
+                      // elements, lanes[l * group + g] in memory order.
+                      [&](const std::string& ind) {
+                        s << ind << "const int64_t width = 16 * group;\n"
+                          << ind << "for (; i + 16 <= len; i += 16) {\n"
+                          << ind << "  const " << in_t << "* blk = in + off0 + (b + i) * group;\n"
+                          << ind << "  for (int64_t j = 0; j < width; ++j) lanes[j] = "
+                          << combine_expr("lanes[j]", "static_cast<" + acc + ">(vtpu_load(blk[j]))") << ";\n"
+                          << ind << "}\n";
+                      });
+    columns.emit_bodies([&](const std::string& o) { offsets_into(s, "    ", o); }, store);
+    narrow_dispatch = columns.dispatch(
+        [&](std::ostream& d, const std::string& o) { offsets_into(d, "          ", o); }, store);
+  }
   const bool segmented = rows && only_row_reduced;
   if (segmented) {
     s << "void segment_body(int64_t begin, int64_t end, void* raw) {\n"
@@ -331,7 +379,7 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
                    !rows ? "std::min<int64_t>(kGroup, (outputs + 1) / 2)"
                    : blocked_rows ? "(" + blocked_when + ") ? std::min<int64_t>(128, (outputs + 1) / 2) : int64_t(1)"
                                   : "",
-                   segments_dispatch);
+                   segments_dispatch + narrow_dispatch);
   return {symbol, s.str()};
 }
 

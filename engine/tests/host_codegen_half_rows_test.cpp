@@ -5,7 +5,8 @@
 // is reduced once in a contiguous row and once in a row of stride 2, by
 // sum, mean and amax, in rows of a whole number of lane groups, rows with a
 // remainder, one long row split into segments on threads, and columns
-// (whose groups of 32 neighbouring outputs convert likewise).
+// (whose groups of 32 neighbouring outputs convert likewise; narrow ones of a
+// column-major input through the rows' helper); and once more column-major.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,13 +49,23 @@ TEST(HostCodegenHalfRows, ContiguousRowsGiveTheStridedRowsBits) {
       {"amax_long_row", OpKind::Amax, 1, 65536},
       {"sum_columns", OpKind::Sum, 300, 200, 0},  // 6 groups of 32 and 8 more
       {"amax_columns", OpKind::Amax, 256, 256, 0},
+      // Narrow columns (fewer than 16): column-major ones are contiguous runs.
+      {"mean_narrow_columns", OpKind::Mean, 70000, 5, 0},  // a sum would overflow
+      {"amax_narrow_columns", OpKind::Amax, 3001, 3, 0},
+  };
+  // The same logical values in three layouts: contiguous, every other
+  // element (stride 2: vtpu_load's conversion), and column-major (a
+  // transposed input: rows walk across memory, columns are contiguous runs).
+  const char* const layouts[] = {"contiguous", "strided", "column_major"};
+  auto strides_of = [](const HalfCase& c, const std::string& layout) -> std::vector<std::int64_t> {
+    if (layout == "contiguous") return {c.n, 1};
+    if (layout == "strided") return {2 * c.n, 2};
+    return {1, c.rows};
   };
   std::vector<GeneratedKernel> kernels;
   for (const auto& c : cases)
-    for (const char* layout : {"contiguous", "strided"}) {
-      const TensorType in = std::string(layout) == "contiguous"
-                                ? TensorType::contiguous(DType::kFloat16, {c.rows, c.n})
-                                : TensorType{DType::kFloat16, {c.rows, c.n}, {2 * c.n, 2}};
+    for (const char* layout : layouts) {
+      const TensorType in{DType::kFloat16, {c.rows, c.n}, strides_of(c, layout)};
       kernels.push_back(generate_host_kernel(ir::single_op(c.op, {in}, {{"dims", std::vector<std::int64_t>{c.dim}}, {"keepdim", false}}),
                                              c.name + "_" + layout));
     }
@@ -78,11 +89,16 @@ TEST(HostCodegenHalfRows, ContiguousRowsGiveTheStridedRowsBits) {
     }
     std::vector<std::uint16_t> strided(2 * values.size(), 0x7e00u);  // NaN between: a wrong read shows
     for (std::size_t i = 0; i < values.size(); ++i) strided[2 * i] = values[i];
+    std::vector<std::uint16_t> column_major(values.size());
+    for (std::int64_t r = 0; r < c.rows; ++r)
+      for (std::int64_t k = 0; k < c.n; ++k)
+        column_major[static_cast<std::size_t>(k * c.rows + r)] = values[static_cast<std::size_t>(r * c.n + k)];
 
     for (VtpuParallelFor parallel_for : {static_cast<VtpuParallelFor>(nullptr), &testing::threaded_for}) {
       std::vector<std::vector<std::uint16_t>> outs;
-      for (const char* layout : {"contiguous", "strided"}) {
-        const bool contiguous = std::string(layout) == "contiguous";
+      for (const char* layout : layouts) {
+        const std::string name = layout;
+        const std::vector<std::int64_t> strides = strides_of(c, name);
         std::vector<std::uint16_t> out(static_cast<std::size_t>(c.dim == 1 ? c.rows : c.n), 0xffffu);
         VtpuTensorArg args[2] = {};
         args[0].data = out.data();
@@ -90,16 +106,17 @@ TEST(HostCodegenHalfRows, ContiguousRowsGiveTheStridedRowsBits) {
         args[0].sizes[1] = c.n;
         args[0].strides[0] = c.dim == 1 ? 1 : 0;
         args[0].strides[1] = c.dim == 1 ? 0 : 1;
-        args[1].data = contiguous ? values.data() : strided.data();
+        args[1].data = name == "contiguous" ? values.data() : name == "strided" ? strided.data() : column_major.data();
         args[1].sizes[0] = c.rows;
         args[1].sizes[1] = c.n;
-        args[1].strides[0] = contiguous ? c.n : 2 * c.n;
-        args[1].strides[1] = contiguous ? 1 : 2;
+        args[1].strides[0] = strides[0];
+        args[1].strides[1] = strides[1];
         VtpuLaunchArgs launch{kLaunchAbiVersion, 2, 2, args, nullptr, parallel_for, nullptr, nullptr};
         library.get(c.name + "_" + layout)(&launch);
         outs.push_back(std::move(out));
       }
       EXPECT_EQ(outs[0], outs[1]) << c.name << (parallel_for ? " threaded" : " serial");
+      EXPECT_EQ(outs[0], outs[2]) << c.name << " column-major" << (parallel_for ? " threaded" : " serial");
       // Not a vacuous comparison: the sums are not all one value.
       if (outs[0].size() > 1) EXPECT_GT(std::count_if(outs[0].begin(), outs[0].end(), [&](std::uint16_t v) { return v != outs[0][0]; }), 0)
           << c.name;

@@ -56,7 +56,8 @@ struct NarrowColumns {
   // row<t> into lane[g] for g < group (the group's outputs step along the
   // innermost dim by st<t>); `flat`, when not empty, emits a faster loop
   // over whole groups of 16 elements for launches where `flat_when` holds
-  // (it must advance i and leave lanes as the general loop would).
+  // (it must advance i and leave lanes as the general loop would, or set
+  // res[g] for every g < group and return).
   void emit_task(const std::function<void(const std::string& o)>& offsets,
                  const std::function<void(const std::string& ind)>& read_row, const std::string& flat_when,
                  const std::function<void(const std::string& ind)>& flat) const;

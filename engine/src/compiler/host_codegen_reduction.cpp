@@ -312,16 +312,40 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
                         s << ind << "for (int64_t g = 0; g < group; ++g) lane[g] = "
                           << combine_expr("lane[g]", load("row0 + g * st0")) << ";\n";
                       },
-                      "c.r_nested && st0 == 1 && c.r_st[0] == group",
-                      // Whole groups of 16 reduced elements of a contiguous
-                      // [.., R, group] input are one run of 16 * group
-                      // elements, lanes[l * group + g] in memory order.
+                      "c.r_nested",
                       [&](const std::string& ind) {
-                        s << ind << "const int64_t width = 16 * group;\n"
-                          << ind << "for (; i + 16 <= len; i += 16) {\n"
-                          << ind << "  const " << in_t << "* blk = in + off0 + (b + i) * group;\n"
-                          << ind << "  for (int64_t j = 0; j < width; ++j) lanes[j] = "
-                          << combine_expr("lanes[j]", "static_cast<" + acc + ">(vtpu_load(blk[j]))") << ";\n"
+                        // Each output's reduced elements one contiguous run
+                        // (a transposed input's columns): the run's segment
+                        // through the row helpers, the same order.
+                        const std::string segment =
+                            in.dtype == DType::kFloat16
+                                ? "vtpu_half_lanes_segment<" + acc + ">(in + off0 + g * st0, b, len, " + acc + "(" +
+                                      init + "), " + combine_fn + ")"
+                                : "vtpu_lanes_segment<" + acc + ">(b, len, " + acc + "(" + init +
+                                      "), [&](int64_t e) { return " + load("off0 + g * st0 + e") + "; }, " +
+                                      combine_fn + ")";
+                        s << ind << "if (c.r_st[0] == 1) {\n"
+                          << ind << "  for (int64_t g = 0; g < group; ++g) res[g] = " << segment << ";\n"
+                          << ind << "  return;\n"
+                          << ind << "}\n"
+                          // Whole groups of 16 reduced elements of a contiguous
+                          // [.., R, group] input are one run of 16 * group
+                          // elements, lanes[l * group + g] in memory order.
+                          << ind << "if (st0 == 1 && c.r_st[0] == group) {\n"
+                          << ind << "  const int64_t width = 16 * group;\n"
+                          << ind << "  for (; i + 16 <= len; i += 16) {\n"
+                          << ind << "    const " << in_t << "* blk = in + off0 + (b + i) * group;\n";
+                        if (in.dtype == DType::kFloat16)  // width is a multiple of 16: lane groups
+                          s << ind << "    for (int64_t j = 0; j < width; j += 16) {\n"
+                            << ind << "      float v[16];\n"
+                            << ind << "      vtpu_half_lanes_load(blk + j, v);\n"
+                            << ind << "      for (int q = 0; q < 16; ++q) lanes[j + q] = "
+                            << combine_expr("lanes[j + q]", "static_cast<" + acc + ">(v[q])") << ";\n"
+                            << ind << "    }\n";
+                        else
+                          s << ind << "    for (int64_t j = 0; j < width; ++j) lanes[j] = "
+                            << combine_expr("lanes[j]", "static_cast<" + acc + ">(vtpu_load(blk[j]))") << ";\n";
+                        s << ind << "  }\n"
                           << ind << "}\n";
                       });
     columns.emit_bodies([&](const std::string& o) { offsets_into(s, "    ", o); }, store);

@@ -5,7 +5,8 @@ against stock CPU eager, interleaved in one process, medians of the repeats.
 
 The cases: a whole-tensor sum and mean (a loss's reduction; one output, so
 its row is all the work), a few long rows (per-sample losses of 1M-element
-images), rows of a 2048x2048 matrix (the norms' and softmax's shape), a
+images), rows of a 2048x2048 matrix (the norms' and softmax's shape: sums,
+a max as an fp8 scale takes it, and softmax, whose first pass is a max), a
 column sum of a wide and of a tall matrix (a bias gradient; DLRM's narrow
 columns). Each in float32, bfloat16 and float16. A sample is --calls calls
 of the op, then one synchronize (a step's reductions are queued behind other
@@ -28,6 +29,8 @@ CASES = {
     "sum_rows_4x1M": ((4, 1024 * 1024), lambda a: a.sum(-1)),
     "amax_all_4M": ((4 * 1024 * 1024,), lambda a: a.amax()),
     "sum_rows_2048x2048": ((2048, 2048), lambda a: a.sum(-1)),
+    "amax_rows_2048x2048": ((2048, 2048), lambda a: a.amax(-1)),
+    "softmax_rows_2048x2048": ((2048, 2048), lambda a: a.softmax(-1)),
     "sum_cols_4096x1024": ((4096, 1024), lambda a: a.sum(0)),
     "sum_cols_1Mx4": ((1024 * 1024, 4), lambda a: a.sum(0)),
 }

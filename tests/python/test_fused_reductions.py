@@ -140,6 +140,47 @@ def test_long_rows_and_narrow_columns_fused_equal_strict_and_the_cpu(reduce):
     torch.testing.assert_close(strict, program(x_cpu), rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize("stores", [False, True], ids=["reduction_only", "storing_an_intermediate"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_and_min_rows_with_nans_and_signed_zeros_equal_strict(dtype, stores):
+    # A float max or min row runs its lane groups in vectors and, when a
+    # group held a NaN, evaluates the row again in vtpu_max's steps
+    # (vtpu_extremum_groups); a fused kernel that stores an elementwise
+    # result keeps vtpu_max's steps throughout (engine
+    # HostCodegenExtremumRows launches one in place). Which NaN (payload,
+    # sign) and which zero (+0/-0) the result is depends on that order.
+    torch.manual_seed(3)
+    x_cpu = torch.randn(8, 1000).to(dtype)
+    x_cpu[1, 17] = float("nan")
+    x_cpu[2, 5] = -float("nan")
+    x_cpu[2, 700] = float("nan")
+    x_cpu[3, 998] = float("nan")  # in the last, partial group
+    x_cpu[4] = torch.where(torch.rand(1000) < 0.5, 0.0, -0.0).to(dtype)  # zeros: the order picks the sign
+    x_cpu[5, ::3] = float("inf")
+    x_cpu[6] = -float("inf")
+
+    def amax_of_double(t):
+        u = t * 2.0
+        return (u, u.amax(-1)) if stores else (u.amax(-1),)
+
+    def amin_of_triple(t):
+        u = t * 3.0
+        return (u, u.amin(-1)) if stores else (u.amin(-1),)
+
+    x = x_cpu.to("vtpu")
+    bits = torch.int16 if dtype == torch.bfloat16 else torch.int32
+    for program, cpu_op in ((amax_of_double, lambda t: (t * 2.0).amax(-1)),
+                            (amin_of_triple, lambda t: (t * 3.0).amin(-1))):
+        out, m = _steady_metrics(program, x)
+        assert m["fused_kernels"] == 1 and m["kernels_launched"] == 1
+        assert m["ops_per_fused_kernel"] == {2: 1}
+        strict = _in_strict(program, x)
+        for a, b in zip(out, strict):
+            assert torch.equal(a.cpu().view(bits), b.cpu().view(bits))
+        assert out[-1][1:4].isnan().all()
+        assert torch.equal(out[-1][4:].cpu(), cpu_op(x_cpu[4:]))
+
+
 def test_a_reduction_does_not_flush_and_shares_its_loop_with_later_readers_of_its_input():
     x = torch.randn(20, 30, device="vtpu")
 

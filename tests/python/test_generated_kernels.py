@@ -907,3 +907,35 @@ def test_float16_lane_groups_convert_as_the_cpu_and_the_element_loop():
         torch.testing.assert_close(reference, fn(a, row, col), equal_nan=True,
                                    rtol=0 if name in ("bias", "scale") else None,
                                    atol=0 if name in ("bias", "scale") else None)
+
+
+def test_16bit_softmax_rows_read_once_match_the_cpu():
+    import torch
+    import torch_vtpu  # noqa: F401
+
+    # A 16-bit softmax row of unit stride is converted once into float
+    # scratch (float16 16 at a time through F16C), reduced and exponentiated
+    # there and written once (engine HostCodegenSoftmaxRows compares it with
+    # the kernel's general row bitwise). Against the CPU: float16 gives its
+    # bits, bfloat16 within an ulp (ATen's bfloat16 exp differs near ties):
+    # rows with remainders after the groups of 16, masked (-inf) entries, a
+    # fully masked row (NaN), +inf and NaN entries, and large logits.
+    g = torch.Generator().manual_seed(4)
+    for dtype in (torch.float16, torch.bfloat16):
+        for n in (16, 77, 2048 + 7):
+            x = (torch.randn(40, n, generator=g) * 6).to(dtype)
+            x[1, ::3] = -float("inf")
+            x[2] = -float("inf")
+            x[3, 5] = float("inf")
+            x[4, n - 1] = float("nan")
+            x[5] *= 1000
+            torch_vtpu.reset_metrics()
+            got = x.to("vtpu").softmax(-1).cpu()
+            assert torch_vtpu.metrics()["host_fallback_ops"] == {}  # the generated kernel ran
+            want = x.softmax(-1)
+            nan = want.isnan()
+            assert torch.equal(got.isnan(), nan) and nan[2].all() and nan[4].all() and not nan[0].any()
+            if dtype == torch.float16:
+                assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16)), n
+            else:
+                torch.testing.assert_close(got[~nan], want[~nan], rtol=2 ** -7, atol=0)  # one bfloat16 ulp

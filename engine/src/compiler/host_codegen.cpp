@@ -131,13 +131,23 @@ static inline void vtpu_half_lanes_store(const float* in, vtpu_half* p) {
 template <typename T, typename Combine>
 static inline T vtpu_half_lanes_segment(const vtpu_half* p, int64_t begin, int64_t n, T init, Combine combine) {
   T lanes[16];
-  for (int l = 0; l < 16; ++l) lanes[l] = init;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    float v[16];
-    vtpu_half_lanes_load(p + begin + i, v);
+  bool grouped = false;
+  if constexpr (vtpu_extremum_of<Combine>::value != 0)
+    grouped = vtpu_extremum_groups<vtpu_extremum_of<Combine>::value>(n, init, [&](int64_t k, T* v) {
+      float f[16];
+      vtpu_half_lanes_load(p + begin + k, f);
+      for (int l = 0; l < 16; ++l) v[l] = static_cast<T>(f[l]);
+    }, lanes, &i);
+  if (!grouped) {
+    for (int l = 0; l < 16; ++l) lanes[l] = init;
+    i = 0;
+    for (; i + 16 <= n; i += 16) {
+      float v[16];
+      vtpu_half_lanes_load(p + begin + i, v);
 #pragma GCC unroll 1
-    for (int l = 0; l < 16; ++l) lanes[l] = combine(lanes[l], static_cast<T>(v[l]));
+      for (int l = 0; l < 16; ++l) lanes[l] = combine(lanes[l], static_cast<T>(v[l]));
+    }
   }
   if (i < n)
     for (int l = 0; l < 16; ++l) lanes[l] = combine(lanes[l], i + l < n ? static_cast<T>(vtpu_load(p[begin + i + l])) : init);
@@ -237,6 +247,47 @@ template <typename T> static inline T vtpu_opaque(T v) {
   __asm__("" : "+r"(v));
   return v;
 }
+// 1 for a max combine (vtpu_max_combine), -1 for a min, 0 for any other.
+template <typename C, typename = void> struct vtpu_extremum_of : std::integral_constant<int, 0> {};
+template <typename C>
+struct vtpu_extremum_of<C, std::void_t<decltype(C::kVtpuExtremum)>> : std::integral_constant<int, C::kVtpuExtremum> {};
+// The whole groups of 16 of a lane loop's max (kSign 1) or min (-1) of
+// floats: the lanes in vectors of 64 bytes, load(k, v) giving elements
+// k .. k+15. Without NaNs each lane's step, a > v ? a : v, is vtpu_max's,
+// so the lanes hold vtpu_lanes_segment's values; vtpu_max's NaN tests made
+// the lane loop a chain of dependent compares and blends (a float32 amax
+// ran at 7 elements/ns on one thread; these loops at 22). Returns false when
+// a NaN was read: the caller starts over in vtpu_max's steps, which pick
+// which NaN (its payload) the result is. `done` is the number of elements
+// the groups covered.
+template <int kSign, typename T, typename Load>
+static inline bool vtpu_extremum_groups(int64_t n, T init, Load load, T* lanes, int64_t* done) {
+  constexpr int kLanes = 16, kPer = 64 / (int)sizeof(T), kParts = kLanes / kPer;
+  typedef T Vec __attribute__((vector_size(64)));
+  typedef decltype(Vec{} != Vec{}) Mask;
+  Vec acc[kParts];
+  Mask nan{};
+  for (int p = 0; p < kParts; ++p)
+    for (int l = 0; l < kPer; ++l) acc[p][l] = init;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    T v16[kLanes];
+    load(i, v16);
+#pragma GCC unroll 2
+    for (int p = 0; p < kParts; ++p) {
+      Vec v;
+      std::memcpy(&v, v16 + p * kPer, sizeof v);
+      nan |= v != v;
+      if constexpr (kSign > 0) acc[p] = acc[p] > v ? acc[p] : v;
+      else acc[p] = acc[p] < v ? acc[p] : v;
+    }
+  }
+  bool any_nan = false;
+  for (int l = 0; l < kPer; ++l) any_nan |= nan[l] != 0;
+  for (int p = 0; p < kParts; ++p) std::memcpy(lanes + p * kPer, &acc[p], sizeof(Vec));
+  *done = i;
+  return !any_nan;
+}
 // A reduction of value(begin .. begin+n-1) in a fixed order that vectorises:
 // element begin+i goes to lane i % 16, then lanes are combined pairwise.
 // `init` must be the combine's identity (the partial last group is padded
@@ -245,21 +296,28 @@ template <typename T, typename Value, typename Combine>
 static inline T vtpu_lanes_segment(int64_t begin, int64_t n, T init, Value value, Combine combine) {
   constexpr int kLanes = 16;
   T lanes[kLanes];
-  for (int l = 0; l < kLanes; ++l) lanes[l] = init;
   int64_t i = 0;
-  if constexpr (std::is_same_v<T, double>) {
-    // Double lanes: the lane loop stays a loop (not unrolled into 16
-    // statements before vectorisation), which GCC vectorises; unrolled, its
-    // SLP pass left conversions of 16-bit loads to double scalar (bfloat16 row
-    // sums took 3.5x this time). Float lanes keep the unrolled form, which
-    // SLP turns into 512-bit code (the loop form gets 256-bit: softmax 1.4x).
-    for (; i + kLanes <= n; i += kLanes) {
+  bool grouped = false;
+  if constexpr (std::is_floating_point_v<T> && vtpu_extremum_of<Combine>::value != 0)
+    grouped = vtpu_extremum_groups<vtpu_extremum_of<Combine>::value>(
+        n, init, [&](int64_t k, T* v) { for (int l = 0; l < kLanes; ++l) v[l] = value(begin + k + l); }, lanes, &i);
+  if (!grouped) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] = init;
+    i = 0;
+    if constexpr (std::is_same_v<T, double>) {
+      // Double lanes: the lane loop stays a loop (not unrolled into 16
+      // statements before vectorisation), which GCC vectorises; unrolled, its
+      // SLP pass left conversions of 16-bit loads to double scalar (bfloat16 row
+      // sums took 3.5x this time). Float lanes keep the unrolled form, which
+      // SLP turns into 512-bit code (the loop form gets 256-bit: softmax 1.4x).
+      for (; i + kLanes <= n; i += kLanes) {
 #pragma GCC unroll 1
-      for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(begin + i + l));
+        for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(begin + i + l));
+      }
+    } else {
+      for (; i + kLanes <= n; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(begin + i + l));
     }
-  } else {
-    for (; i + kLanes <= n; i += kLanes)
-      for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(begin + i + l));
   }
   if (i < n)
     for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], i + l < n ? value(begin + i + l) : init);
@@ -276,18 +334,25 @@ template <typename T, typename Value, typename Combine>
 static inline T vtpu_lanes_segment_ivdep(int64_t begin, int64_t n, T init, Value value, Combine combine) {
   constexpr int kLanes = 16;
   T lanes[kLanes];
-  for (int l = 0; l < kLanes; ++l) lanes[l] = init;
   int64_t i = 0;
-  if constexpr (std::is_same_v<T, double>) {  // as in vtpu_lanes_segment
-    for (; i + kLanes <= n; i += kLanes) {
+  bool grouped = false;
+  if constexpr (std::is_floating_point_v<T> && vtpu_extremum_of<Combine>::value != 0)  // as in vtpu_lanes_segment
+    grouped = vtpu_extremum_groups<vtpu_extremum_of<Combine>::value>(
+        n, init, [&](int64_t k, T* v) { for (int l = 0; l < kLanes; ++l) v[l] = value(begin + k + l); }, lanes, &i);
+  if (!grouped) {
+    for (int l = 0; l < kLanes; ++l) lanes[l] = init;
+    i = 0;
+    if constexpr (std::is_same_v<T, double>) {  // as in vtpu_lanes_segment
+      for (; i + kLanes <= n; i += kLanes) {
 #pragma GCC ivdep
 #pragma GCC unroll 1
-      for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(begin + i + l));
-    }
-  } else {
-    for (; i + kLanes <= n; i += kLanes) {
+        for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(begin + i + l));
+      }
+    } else {
+      for (; i + kLanes <= n; i += kLanes) {
 #pragma GCC ivdep
-      for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(begin + i + l));
+        for (int l = 0; l < kLanes; ++l) lanes[l] = combine(lanes[l], value(begin + i + l));
+      }
     }
   }
   if (i < n) {
@@ -1210,6 +1275,14 @@ GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& 
 GeneratedKernel generate_norm_param_grad_kernel(const ir::Graph& graph, const std::string& symbol) {
   return detail::emit_norm_param_grads(graph, symbol);
 }
+
+namespace detail {
+std::string lane_combine(const std::string& acc, const std::string& expr) {
+  if (expr == "vtpu_max(a, b)") return "vtpu_max_combine{}";
+  if (expr == "vtpu_min(a, b)") return "vtpu_min_combine{}";
+  return "[](" + acc + " a, " + acc + " b) { return " + expr + "; }";
+}
+}  // namespace detail
 
 std::string host_translation_unit(const std::vector<GeneratedKernel>& kernels) {
   std::string source =

@@ -249,7 +249,7 @@ GeneratedKernel emit_fused_reduction(const ir::Graph& graph, const std::string& 
     auto lanes = [&](const std::string& value, bool ivdep = false) {
       const std::string fn = std::string(segment ? "vtpu_lanes_segment" : "vtpu_lanes_reduce") + (ivdep ? "_ivdep<" : "<");
       return fn + acc + ">(" + (segment ? "b, len, " : "c.row_n, ") + acc + "(" + init + "), [" + (ivdep ? "=" : "&") +
-             "](int64_t i) { return " + value + "; }, [](" + acc + " a, " + acc + " b) { return " + combine + "; })";
+             "](int64_t i) { return " + value + "; }, " + (num_outputs == 1 ? lane_combine(acc, combine) : "[](" + acc + " a, " + acc + " b) { return " + combine + "; }") + ")";
     };
     s << ind << "const " << acc << " part =\n";
     if (has_fast) {

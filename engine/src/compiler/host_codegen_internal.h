@@ -20,6 +20,13 @@ extern const char* const kPortableHelpersSource;
 // Storage type of a dtype in generated code (16-bit floats are raw bits).
 const char* storage_type(ir::DType t);
 
+// The combine of a lane loop (vtpu_lanes_reduce) whose accumulators are
+// `acc` and whose step is `expr` of a and b: the prelude's max or min functor
+// for "vtpu_max(a, b)" and "vtpu_min(a, b)" (the lane loops take a faster
+// path for them, with the same bits, but call value(i) twice on a NaN: only
+// for values without side effects), else a lambda.
+std::string lane_combine(const std::string& acc, const std::string& expr);
+
 bool host_reduction_supports(ir::OpKind op);
 GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol);
 // One reduction fused with elementwise work over its input's iteration space

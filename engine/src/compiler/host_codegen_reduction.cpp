@@ -197,8 +197,9 @@ GeneratedKernel emit_reduction(const ir::Graph& graph, const std::string& symbol
 
   // The row's length and the combine as a lambda, for the segments path too.
   const std::string row_n = loops.merged_row() ? "c.row_n" : "c.sizes[" + std::to_string(last_reduced) + "]";
-  const std::string combine_fn =
-      "[](" + acc + " a, " + acc + " b) { return " + step("a", "b").substr(4) + " }";  // "a = a + b;" -> "a + b;"
+  std::string step_of_ab = step("a", "b").substr(4);  // "a = a + b;" -> "a + b"
+  step_of_ab.pop_back();
+  const std::string combine_fn = lane_combine(acc, step_of_ab);
   // The part of one row (or, with `segment`, of its segment at b of len
   // elements) in vtpu_lanes_reduce's order; base is the row's offset.
   auto emit_row_part = [&](const std::string& ind, const std::string& offset, bool segment) {

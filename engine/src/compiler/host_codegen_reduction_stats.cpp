@@ -219,8 +219,10 @@ GeneratedKernel emit_reduction_stats(const ir::Graph& graph, const std::string& 
       const std::string ind = "      " + std::string(2 * depth, ' ');
       auto lanes = [&](const std::string& index) {
         return "vtpu_lanes_reduce<" + pass.acc + ">(n, init" + ps + "(), [&](int64_t i) { return value" + ps + "(" +
-               load(index) + ", lin * n + i, c.scalars, " + prev + "); }, [](" + pass.acc + " x, " + pass.acc +
-               " y) { return combine" + ps + "(x, y); })";
+               load(index) + ", lin * n + i, c.scalars, " + prev + "); }, " +
+               lane_combine(pass.acc, pass.combine == "vtpu_max(a, b)" || pass.combine == "vtpu_min(a, b)"
+                                          ? pass.combine
+                                          : "combine" + ps + "(a, b)") + ")";
       };
       s << ind << "const int64_t base = " << offset << ";\n"
         << ind << "const " << pass.acc << " part = st == 1 ? " << lanes("base + i") << "\n"

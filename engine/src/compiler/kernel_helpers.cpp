@@ -15,6 +15,17 @@ template <> struct vtpu_store_t<vtpu_half> { template <typename From> static VTP
 template <> struct vtpu_store_t<bool> { template <typename From> static VTPU_KERNEL_FN bool of(From v) { return v != From(0); } };
 template <typename T> static inline VTPU_KERNEL_FN T vtpu_max(T a, T b) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; if (b != b) return b; } return a > b ? a : b; }
 template <typename T> static inline VTPU_KERNEL_FN T vtpu_min(T a, T b) { if constexpr (std::is_floating_point_v<T>) { if (a != a) return a; if (b != b) return b; } return a < b ? a : b; }
+// vtpu_max and vtpu_min as the combines of reductions: the host's lane loops
+// recognise them by kVtpuExtremum (vtpu_extremum_groups) and take a faster
+// path with the same bits.
+struct vtpu_max_combine {
+  static constexpr int kVtpuExtremum = 1;
+  template <typename T> VTPU_KERNEL_FN T operator()(T a, T b) const { return vtpu_max(a, b); }
+};
+struct vtpu_min_combine {
+  static constexpr int kVtpuExtremum = -1;
+  template <typename T> VTPU_KERNEL_FN T operator()(T a, T b) const { return vtpu_min(a, b); }
+};
 // relu(-0.0) is -0.0 and relu(NaN) NaN, as ATen's clamp_min(x, 0) gives.
 template <typename T> static inline VTPU_KERNEL_FN T vtpu_relu(T a) { return a < T(0) ? T(0) : a; }
 // A float converted to an integer type as x86's truncating conversion does it

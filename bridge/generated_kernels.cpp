@@ -662,14 +662,22 @@ bool launch_generated_reduction(ir::OpKind op, const at::Tensor& out, const at::
   if (input.device().type() != kVtpu || out.device().type() != kVtpu || !in_dtype || input.dim() > compiler::kMaxRank ||
       input.is_conj() || input.is_neg() || !to_ir(out.scalar_type()))
     return false;
-  // An out= of another dtype than a floating input's (or a floating out=
-  // for an integral input): ATen converts the input to the out's dtype
-  // before reducing (sum of 0.6, 0.6, 0.6 into int64 is 0, not 1) or refuses
-  // the dtype (norms); the generated kernel would convert the result.
-  // Integral to wider integral is exact either way.
+  // An out= (or a dtype=) of another dtype than a floating input's (or a
+  // floating out= for an integral input): ATen converts the input to the
+  // out's dtype before reducing (sum of 0.6, 0.6, 0.6 into int64 is 0, not
+  // 1) or refuses the dtype (norms); the generated kernel converts the
+  // result. Integral to wider integral is exact either way, and so is a
+  // float widened (float16/bfloat16 to float32/float64, float32 to float64)
+  // before a sum, mean or product, which the kernel accumulates in double
+  // (`x.sum(dtype=torch.float32)` of a float16 x, a mixed-precision loss).
   const bool floating_involved =
       at::isFloatingType(input.scalar_type()) || at::isFloatingType(out.scalar_type());
-  if (out.scalar_type() != input.scalar_type() && floating_involved && op != ir::OpKind::Argmax &&
+  const auto width = [](at::ScalarType t) {
+    return t == at::kDouble ? 3 : t == at::kFloat ? 2 : (t == at::kHalf || t == at::kBFloat16) ? 1 : 0;
+  };
+  const bool exact_widening = (op == ir::OpKind::Sum || op == ir::OpKind::Mean || op == ir::OpKind::Prod) &&
+                              width(input.scalar_type()) > 0 && width(out.scalar_type()) > width(input.scalar_type());
+  if (out.scalar_type() != input.scalar_type() && floating_involved && !exact_widening && op != ir::OpKind::Argmax &&
       op != ir::OpKind::Argmin)
     return false;
   // Extremes of an empty input have no value: ATen raises (max() of no

@@ -645,8 +645,9 @@ bool try_generated_lowering(const c10::OperatorHandle& op, torch::jit::Stack* st
     else if (args[1].isInt()) dims = {args[1].toInt()};
     else if (!args[1].isNone()) return false;
     if (!args[2].isBool()) return false;
-    // sum/mean take an optional dtype: only the no-conversion case is lowered.
-    if (num_args > 4 && !args[3].isNone()) return false;
+    // sum/mean take an optional dtype, which ATen gives `out` (structured
+    // kernels): launch_generated_reduction decides which conversions it lowers.
+    if (num_args > 4 && !args[3].isNone() && args[3].toScalarType() != out.scalar_type()) return false;
     launched = launch_generated_reduction(lowering.op, out, operands[0], dims, args[2].toBool());
   } else if (const auto simpler = lowering.op == OpKind::Pow ? pow_as_simpler_op(operands) : std::nullopt) {
     const auto dtype = to_ir_dtype(out.scalar_type());

@@ -939,3 +939,53 @@ def test_16bit_softmax_rows_read_once_match_the_cpu():
                 assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16)), n
             else:
                 torch.testing.assert_close(got[~nan], want[~nan], rtol=2 ** -7, atol=0)  # one bfloat16 ulp
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_sums_with_a_widening_dtype_run_the_generated_kernel(mode):
+    import torch
+    import torch_vtpu
+
+    # sum/mean/prod(dtype=) of a float widened exactly (float16/bfloat16 to
+    # float32/float64, float32 to float64) are the reduction kernels of the
+    # converted input: accumulated in double and rounded once, so within half
+    # an ulp of the exact value, with the same bits in every layout (ATen's
+    # float32 cascade was layout-dependent, 1 ulp); fused = strict bitwise.
+    # A narrowing dtype (each element rounded first) stays on ATen's kernel.
+    g = torch.Generator().manual_seed(6)
+    with torch_vtpu.mode(mode):
+        for dtype, wide in ((torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+                            (torch.bfloat16, torch.float64), (torch.float32, torch.float64)):
+            x = torch.randn(300, 513, generator=g).to(dtype)
+            xv = x.to("vtpu")
+            xt = x.t().contiguous().to("vtpu").t()  # the same values, column-major
+            programs = {
+                "sum_all": lambda t, dt: (t * 1).sum(dtype=dt),
+                "sum_rows": lambda t, dt: (t * 1).sum(-1, dtype=dt),
+                "mean_cols": lambda t, dt: (t * 1).mean(0, dtype=dt),
+                "prod_rows": lambda t, dt: (t[:, :20] * 2).prod(1, dtype=dt),
+            }
+            for name, program in programs.items():
+                def fn(t):
+                    return program(t, wide)
+                for _ in range(2):  # fused: the second time with the fused kernel
+                    got = fn(xv).cpu()
+                    torch_vtpu._C._wait_for_fusion_compiles()
+                torch_vtpu.reset_metrics()
+                got = fn(xv).cpu()
+                assert torch_vtpu.metrics()["host_fallback_ops"] == {}, (name, dtype, wide)
+                assert got.dtype == wide
+                # In double throughout: every widened value, and the
+                # elementwise step, is exact in double.
+                exact = program(x.double(), torch.float64)
+                # Correctly rounded but for the double sum's own error.
+                torch.testing.assert_close(got, exact.to(wide), rtol=2e-7 if wide == torch.float32 else 1e-12, atol=0)
+                assert torch.equal(fn(xt).cpu(), got), (name, dtype, wide, "column-major")
+                with torch_vtpu.mode("strict"):
+                    assert torch.equal(fn(xv).cpu(), got), (name, dtype, wide, "strict")
+        # Narrowing: ATen's kernel, the CPU's values.
+        y = torch.randn(64, 70, generator=g)
+        torch_vtpu.reset_metrics()
+        narrowed = y.to("vtpu").sum(1, dtype=torch.float16).cpu()
+        assert torch_vtpu.metrics()["host_fallback_ops"] != {}
+        assert torch.equal(narrowed, y.sum(1, dtype=torch.float16))

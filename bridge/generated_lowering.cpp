@@ -99,6 +99,11 @@ const std::unordered_map<std::string, Lowering>& table() {
         {"eq.Tensor_out", OpKind::Eq},     {"ne.Tensor_out", OpKind::Ne},
         {"lt.Tensor_out", OpKind::Lt},     {"le.Tensor_out", OpKind::Le},
         {"gt.Tensor_out", OpKind::Gt},     {"ge.Tensor_out", OpKind::Ge},
+        // `x > 0`: the Scalar overloads, the scalar as a wrapped number (the
+        // promotion ATen's Scalar overloads give it).
+        {"eq.Scalar_out", OpKind::Eq},     {"ne.Scalar_out", OpKind::Ne},
+        {"lt.Scalar_out", OpKind::Lt},     {"le.Scalar_out", OpKind::Le},
+        {"gt.Scalar_out", OpKind::Gt},     {"ge.Scalar_out", OpKind::Ge},
         {"logical_and.out", OpKind::LogicalAnd}, {"logical_or.out", OpKind::LogicalOr},
         {"sigmoid_backward.grad_input", OpKind::SigmoidBackward},
         {"tanh_backward.grad_input", OpKind::TanhBackward},

@@ -989,3 +989,28 @@ def test_sums_with_a_widening_dtype_run_the_generated_kernel(mode):
         narrowed = y.to("vtpu").sum(1, dtype=torch.float16).cpu()
         assert torch_vtpu.metrics()["host_fallback_ops"] != {}
         assert torch.equal(narrowed, y.sum(1, dtype=torch.float16))
+
+
+def test_comparisons_with_a_python_scalar_run_generated_kernels_with_the_cpus_results():
+    import torch
+    import torch_vtpu
+
+    # `x > 0` is aten::gt.Scalar: its out= overload is lowered like the
+    # Tensor overload with the scalar as a wrapped number, which is the
+    # promotion ATen gives the Scalar overloads (uint8 against -1 or 256,
+    # an integer tensor against 0.5 or NaN, a bool tensor against 2.5).
+    g = torch.Generator().manual_seed(8)
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool):
+        x = (torch.randn(7, 9, generator=g) * 5).to(dtype) if dtype != torch.bool else torch.rand(7, 9, generator=g) > 0.5
+        if dtype.is_floating_point:
+            x[0, :3] = torch.tensor([float("nan"), float("inf"), -0.0])
+        # Each comparison is one template of the code generator: three of
+        # them over every dtype, the other three over float32 (compiles).
+        ops = ("eq", "ne", "lt", "le", "gt", "ge") if dtype == torch.float32 else ("eq", "lt", "ge")
+        for scalar in (0, -1, 0.5, 256, -0.0, float("nan"), float("-inf"), True, 2**40):
+            for op in ops:
+                want = getattr(torch, op)(x, scalar)
+                torch_vtpu.reset_metrics()
+                got = getattr(torch, op)(x.to("vtpu"), scalar).cpu()
+                assert torch_vtpu.metrics()["host_fallback_ops"] == {}, (dtype, scalar, op)
+                assert got.dtype == torch.bool and torch.equal(got, want), (dtype, scalar, op)

@@ -31,10 +31,11 @@ system-deps:
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
 
-$(DEPS_STAMP): pyproject.toml | $(VPY)
+# The Makefile too: a venv made before a dependency was added here gets it.
+$(DEPS_STAMP): pyproject.toml Makefile | $(VPY)
 	$(VPY) -m pip install -q --upgrade pip
 	# torch pinned: the CPU wheel on disk (an unpinned torch would pull a CUDA build).
-	$(VPY) -m pip install -q torch==2.13.0 numpy pytest scikit-build-core ninja "cmake>=3.22" \
+	$(VPY) -m pip install -q torch==2.13.0 numpy pytest pytest-xdist scikit-build-core ninja "cmake>=3.22" \
 	    transformers==5.23.0 accelerate==1.15.0 tqdm expecttest
 	touch $@
 
@@ -51,8 +52,13 @@ engine-test: system-deps $(DEPS_STAMP)
 
 # Generated kernels are the default: the ahead-of-time library serves the
 # common ones, the rest compile on first use into a cache under build/.
+# Two pytest workers, each taking whole files (module fixtures and a file's
+# order stay as written; the kernel cache is shared between processes by
+# design): most of the suite's time is kernel compiles, one compiler process
+# at a time per worker, so two workers use both cores (34 -> 17 min on 2).
+PYTEST_WORKERS ?= 2
 python-test: build
-	VTPU_CACHE_DIR=$(abspath build/kernel-cache) $(VPY) -m pytest -q tests/python
+	VTPU_CACHE_DIR=$(abspath build/kernel-cache) $(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/python
 
 # The OpInfo CI slice again with generated kernels off: every op on ATen's CPU
 # kernels through the host-kernel path (the path the long tail takes).

@@ -6,7 +6,8 @@
 // same kernel launched on a row-major and on a column-major copy of the same
 // values runs both: they must give the same bits, in rows of whole lane
 // groups and with remainders, with masked (-inf) entries, a fully masked row,
-// +inf, NaN and large logits, serially and on threads.
+// +inf, NaN and large logits, serially and on threads. The same for the
+// float16 softmax backward, whose unit rows read grad and output once.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -94,6 +95,60 @@ TEST(HostCodegenSoftmaxRows, UnitRowsReadOnceGiveTheGeneralRowsBits) {
         EXPECT_GT(std::set<std::uint16_t>(unit.begin(), unit.end()).size(), 100u) << ir::name(dtype) << " n " << n;
       }
     }
+}
+
+TEST(HostCodegenSoftmaxRows, Float16BackwardRowsReadOnceGiveTheGeneralRowsBits) {
+  // softmax_backward(grad, output) = output * (grad - sum(grad * output)):
+  // a float16 unit-stride row converts grad and output once (F16C) into two
+  // scratch rows; rows of other strides convert in both passes.
+  const TensorType half{DType::kFloat16, {8, 40}, {40, 1}};
+  const auto library = KernelLibrary::load(testing::compile_once(host_translation_unit(
+      {generate_host_kernel(ir::single_op(OpKind::SoftmaxBackward, {half, half}, {{"dim", std::int64_t{1}}}),
+                            "softmax_backward_float16")})));
+  std::mt19937 rng(10);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> probability(0.0f, 0.2f);
+  for (std::int64_t n : {16, 77, 2048 + 7}) {
+    constexpr std::int64_t kRows = 12;
+    std::vector<std::uint16_t> grad(static_cast<std::size_t>(kRows * n)), output(grad.size());
+    for (std::size_t i = 0; i < grad.size(); ++i) {
+      grad[i] = pattern_of(normal(rng) * 4.0f, DType::kFloat16);
+      output[i] = pattern_of(probability(rng), DType::kFloat16);
+    }
+    grad[3] = 0x7c00;   // +inf
+    grad[static_cast<std::size_t>(2 * n + 5)] = 0x7e01;  // NaN in row 2
+    std::vector<std::uint16_t> grad_cm(grad.size()), output_cm(grad.size());
+    for (std::int64_t r = 0; r < kRows; ++r)
+      for (std::int64_t i = 0; i < n; ++i) {
+        grad_cm[static_cast<std::size_t>(i * kRows + r)] = grad[static_cast<std::size_t>(r * n + i)];
+        output_cm[static_cast<std::size_t>(i * kRows + r)] = output[static_cast<std::size_t>(r * n + i)];
+      }
+    for (VtpuParallelFor parallel_for : {static_cast<VtpuParallelFor>(nullptr), &testing::threaded_for}) {
+      auto launch = [&](bool unit) {
+        std::vector<std::uint16_t> out(grad.size(), 0xffffu);
+        VtpuTensorArg args[3] = {};
+        void* data[3] = {out.data(), unit ? grad.data() : grad_cm.data(), unit ? output.data() : output_cm.data()};
+        for (int t = 0; t < 3; ++t) {
+          args[t].data = data[t];
+          args[t].sizes[0] = kRows;
+          args[t].sizes[1] = n;
+          args[t].strides[0] = unit ? n : 1;
+          args[t].strides[1] = unit ? 1 : kRows;
+        }
+        VtpuLaunchArgs l{kLaunchAbiVersion, 2, 3, args, nullptr, parallel_for, nullptr, nullptr};
+        library.get("softmax_backward_float16")(&l);
+        if (unit) return out;
+        std::vector<std::uint16_t> row_major(out.size());
+        for (std::int64_t r = 0; r < kRows; ++r)
+          for (std::int64_t i = 0; i < n; ++i)
+            row_major[static_cast<std::size_t>(r * n + i)] = out[static_cast<std::size_t>(i * kRows + r)];
+        return row_major;
+      };
+      const auto unit = launch(true), general = launch(false);
+      EXPECT_EQ(unit, general) << "n " << n << (parallel_for ? " threaded" : " serial");
+      EXPECT_GT(std::set<std::uint16_t>(unit.begin(), unit.end()).size(), 100u) << "n " << n;
+    }
+  }
 }
 
 }  // namespace

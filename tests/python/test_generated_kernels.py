@@ -939,6 +939,14 @@ def test_16bit_softmax_rows_read_once_match_the_cpu():
                 assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16)), n
             else:
                 torch.testing.assert_close(got[~nan], want[~nan], rtol=2 ** -7, atol=0)  # one bfloat16 ulp
+            # The backward: a float16 unit row reads grad and output once.
+            grad = (torch.randn(40, n, generator=g) * 3).to(dtype)
+            y = want.nan_to_num(0.0)
+            torch_vtpu.reset_metrics()
+            got_grad = torch.ops.aten._softmax_backward_data(grad.to("vtpu"), y.to("vtpu"), -1, dtype).cpu()
+            assert torch_vtpu.metrics()["host_fallback_ops"] == {}
+            want_grad = torch.ops.aten._softmax_backward_data(grad, y, -1, dtype)
+            torch.testing.assert_close(got_grad, want_grad, rtol=2 ** -7, atol=1e-3)
 
 
 @pytest.mark.parametrize("mode", ["strict", "fused"])

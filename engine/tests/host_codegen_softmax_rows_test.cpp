@@ -44,6 +44,15 @@ std::uint16_t pattern_of(float f, DType dtype) {
   return static_cast<std::uint16_t>(sign | ((exp - 112) << 10) | (mant >> 13));
 }
 
+// v, a rows x cols matrix in row-major order, in column-major order.
+std::vector<std::uint16_t> transposed(const std::vector<std::uint16_t>& v, std::int64_t rows, std::int64_t cols) {
+  std::vector<std::uint16_t> t(v.size());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c)
+      t[static_cast<std::size_t>(c * rows + r)] = v[static_cast<std::size_t>(r * cols + c)];
+  return t;
+}
+
 TEST(HostCodegenSoftmaxRows, UnitRowsReadOnceGiveTheGeneralRowsBits) {
   const DType dtypes[] = {DType::kFloat16, DType::kBFloat16};
   std::vector<GeneratedKernel> kernels;
@@ -66,9 +75,7 @@ TEST(HostCodegenSoftmaxRows, UnitRowsReadOnceGiveTheGeneralRowsBits) {
       at(3, 5) = pattern_of(inf, dtype);
       at(4, n - 1) = dtype == DType::kFloat16 ? 0x7e01 : 0x7fc1;  // NaN in the remainder
       for (std::int64_t i = 0; i < n; ++i) at(5, i) = pattern_of(normal(rng) * 1000.0f, dtype);
-      std::vector<std::uint16_t> column_major(values.size());
-      for (std::int64_t r = 0; r < kRows; ++r)
-        for (std::int64_t i = 0; i < n; ++i) column_major[static_cast<std::size_t>(i * kRows + r)] = at(r, i);
+      std::vector<std::uint16_t> column_major = transposed(values, kRows, n);
       for (VtpuParallelFor parallel_for : {static_cast<VtpuParallelFor>(nullptr), &testing::threaded_for}) {
         auto launch = [&](bool unit) {
           std::vector<std::uint16_t> out(values.size(), 0xffffu);
@@ -82,12 +89,7 @@ TEST(HostCodegenSoftmaxRows, UnitRowsReadOnceGiveTheGeneralRowsBits) {
           }
           VtpuLaunchArgs l{kLaunchAbiVersion, 2, 2, args, nullptr, parallel_for, nullptr, nullptr};
           library.get(std::string("softmax_") + std::string(ir::name(dtype)))(&l);
-          if (unit) return out;
-          std::vector<std::uint16_t> row_major(out.size());
-          for (std::int64_t r = 0; r < kRows; ++r)
-            for (std::int64_t i = 0; i < n; ++i)
-              row_major[static_cast<std::size_t>(r * n + i)] = out[static_cast<std::size_t>(i * kRows + r)];
-          return row_major;
+          return unit ? out : transposed(out, n, kRows);
         };
         const auto unit = launch(true), general = launch(false);
         EXPECT_EQ(unit, general) << ir::name(dtype) << " n " << n << (parallel_for ? " threaded" : " serial");
@@ -117,12 +119,7 @@ TEST(HostCodegenSoftmaxRows, Float16BackwardRowsReadOnceGiveTheGeneralRowsBits) 
     }
     grad[3] = 0x7c00;   // +inf
     grad[static_cast<std::size_t>(2 * n + 5)] = 0x7e01;  // NaN in row 2
-    std::vector<std::uint16_t> grad_cm(grad.size()), output_cm(grad.size());
-    for (std::int64_t r = 0; r < kRows; ++r)
-      for (std::int64_t i = 0; i < n; ++i) {
-        grad_cm[static_cast<std::size_t>(i * kRows + r)] = grad[static_cast<std::size_t>(r * n + i)];
-        output_cm[static_cast<std::size_t>(i * kRows + r)] = output[static_cast<std::size_t>(r * n + i)];
-      }
+    std::vector<std::uint16_t> grad_cm = transposed(grad, kRows, n), output_cm = transposed(output, kRows, n);
     for (VtpuParallelFor parallel_for : {static_cast<VtpuParallelFor>(nullptr), &testing::threaded_for}) {
       auto launch = [&](bool unit) {
         std::vector<std::uint16_t> out(grad.size(), 0xffffu);
@@ -137,12 +134,7 @@ TEST(HostCodegenSoftmaxRows, Float16BackwardRowsReadOnceGiveTheGeneralRowsBits) 
         }
         VtpuLaunchArgs l{kLaunchAbiVersion, 2, 3, args, nullptr, parallel_for, nullptr, nullptr};
         library.get("softmax_backward_float16")(&l);
-        if (unit) return out;
-        std::vector<std::uint16_t> row_major(out.size());
-        for (std::int64_t r = 0; r < kRows; ++r)
-          for (std::int64_t i = 0; i < n; ++i)
-            row_major[static_cast<std::size_t>(r * n + i)] = out[static_cast<std::size_t>(i * kRows + r)];
-        return row_major;
+        return unit ? out : transposed(out, n, kRows);
       };
       const auto unit = launch(true), general = launch(false);
       EXPECT_EQ(unit, general) << "n " << n << (parallel_for ? " threaded" : " serial");

@@ -271,3 +271,30 @@ def test_a_zero_dim_operand_keeps_out_of_the_reduction_kernel(capfd):
         assert m["pattern_cache_misses"] == 0, (program.__name__, m)  # no cluster left unbuilt
         assert torch.equal(out.cpu(), _in_strict(program, h, o).cpu()), program.__name__
     assert "fused kernel unavailable" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("op", ["gelu", "sin", "tanh", "exp"])
+def test_16bit_tables_equal_the_fused_reductions_computed_values(dtype, op):
+    # A strict-mode (or purely elementwise) kernel reads a 16-bit
+    # transcendental op's results from a table it filled from the op's own
+    # expression (host_codegen.cpp, "Lookup tables"); a fused reduction that
+    # stores the op's result computes it per element. Over every 16-bit
+    # pattern (NaNs, infinities, subnormals, both zeros) the stored bits
+    # must be the same in both modes.
+    fn = {"gelu": torch.nn.functional.gelu, "sin": torch.sin, "tanh": torch.tanh, "exp": torch.exp}[op]
+    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype).reshape(256, 256).to("vtpu")
+
+    def program(t):
+        y = fn(t)
+        return y, y.amax(-1)
+
+    out, m = _steady_metrics(program, x)
+    assert m["fused_kernels"] == 1 and m["kernels_launched"] == 1  # the op inside the fused reduction
+    strict = _in_strict(program, x)
+    assert torch.equal(out[0].cpu().view(torch.int16), strict[0].cpu().view(torch.int16))
+    assert torch.equal(out[1].cpu().view(torch.int16), strict[1].cpu().view(torch.int16))
+    # Not vacuous: the values are the CPU's to within the op's tolerance.
+    ref = fn(x.cpu().float()).to(dtype)
+    finite = ref.isfinite() & out[0].cpu().isfinite()
+    torch.testing.assert_close(out[0].cpu()[finite].float(), ref[finite].float(), rtol=2e-2, atol=1e-3)

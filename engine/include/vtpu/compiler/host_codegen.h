@@ -36,7 +36,14 @@ struct GeneratedKernel {
 // host_codegen_reduction_stats.cpp, host_codegen_softmax.cpp,
 // host_codegen_norm.cpp, host_codegen_indexing.cpp and host_codegen_loss.cpp. Throws Error(kInvalidArgument) naming the op when the graph holds
 // an op the host generator does not compile (the caller then uses another path).
-GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& symbol);
+//
+// Elementwise kernels read the results of 16-bit transcendental ops from
+// lookup tables they fill on first use (host_codegen.cpp, "Lookup tables");
+// kComputed spells those ops as computed instead, with the same bits (for
+// the tests that check exactly that).
+enum class LookupTables { kUsed, kComputed };
+GeneratedKernel generate_host_kernel(const ir::Graph& graph, const std::string& symbol,
+                                     LookupTables tables = LookupTables::kUsed);
 
 // The weight (and, for layer norm, bias) gradients of a graph of one
 // layer_norm_backward or rms_norm_backward node: a second kernel of the same

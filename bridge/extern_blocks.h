@@ -112,8 +112,9 @@ bool run_convolution_backward_in_batch_blocks(const std::string& name, torch::ji
 std::uint64_t convolution_backward_batch_block_runs();
 
 // Runs the out= call `out_stack` of "aten::native_layer_norm.out" or
-// "aten::native_layer_norm_backward.out" (float32, contiguous; the backward
-// of an affine layer norm with all three gradients) as row blocks on the
+// "aten::native_layer_norm_backward.out" (contiguous; the forward in
+// float32, bfloat16 or float16 with every tensor of one dtype, the backward
+// in float32 of an affine layer norm with all three gradients) as row blocks on the
 // pool (norm_blocks.cpp), and leaves its three outputs on the stack.
 // Returns false, having done nothing, otherwise: the caller runs ATen's.
 bool run_layer_norm_in_row_blocks(const std::string& name, torch::jit::Stack& out_stack);

@@ -367,14 +367,45 @@ def test_layer_norm_in_row_blocks_gives_the_cpus_rows_and_every_mode_the_same_bi
     assert all(torch.equal(a, b) for a, b in zip(again, got["strict"]))
 
 
-def test_small_bf16_or_weightless_layer_norm_stays_on_atens_kernel():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("affine", [True, False])
+def test_16bit_layer_norm_forward_in_row_blocks_gives_the_cpus_bits(dtype, affine):
+    # The forward's blocks call ATen's functional kernel on their rows (its
+    # .out form took 2.5x as long on 16-bit tensors): each row, its mean and
+    # its rstd are the CPU's bits, in every mode. The 16-bit backward stays
+    # on ATen's kernel (its weight and bias sums would round per block).
+    g = torch.Generator().manual_seed(11)
+    for shape, normalized_shape in (((1001, 48), (48,)), ((4, 64, 256), (256,)), ((64, 8, 128), (8, 128))):
+        x = (torch.randn(*shape, generator=g) * 3 + 1).to(dtype)
+        w = torch.randn(*normalized_shape, generator=g).to(dtype) if affine else None
+        b = torch.randn(*normalized_shape, generator=g).to(dtype) if affine else None
+        want = torch.ops.aten.native_layer_norm(x, list(normalized_shape), w, b, 1e-5)
+        dev = (lambda t: None if t is None else t.to("vtpu"))
+        got = _in_every_mode(
+            lambda: [t.cpu() for t in torch.ops.aten.native_layer_norm(
+                x.to("vtpu"), list(normalized_shape), dev(w), dev(b), 1e-5)], _layer_norm_runs, 1, str(shape))
+        for mode, results in got.items():
+            for name, a, e in zip(("y", "mean", "rstd"), results, want):
+                assert a.dtype == e.dtype and torch.equal(a, e), (mode, name, shape)
+    # The backward: the forward in blocks, the gradients on ATen's kernel.
+    x = torch.randn(256, 1024, generator=g).to(dtype)
+    xv = x.to("vtpu").requires_grad_()
+    xc = x.clone().requires_grad_()
+    before = _layer_norm_runs()
+    torch.nn.functional.layer_norm(xv, (1024,)).float().sum().backward()
+    torch.nn.functional.layer_norm(xc, (1024,)).float().sum().backward()
+    assert torch.equal(xv.grad.cpu(), xc.grad)
+    assert _layer_norm_runs() == before + 1
+
+
+def test_small_or_mixed_dtype_or_weightless_layer_norm_stays_on_atens_kernel():
     import torch.nn.functional as F
     g = torch.Generator().manual_seed(3)
     before = _layer_norm_runs()
     small = torch.randn(8, 64, generator=g)  # one block's worth
     assert torch.equal(F.layer_norm(small.to("vtpu"), (64,)).cpu(), F.layer_norm(small, (64,)))
     half = torch.randn(256, 1024, generator=g).bfloat16()
-    w = torch.randn(1024, generator=g).bfloat16()
+    w = torch.randn(1024, generator=g)  # float32 weight, bfloat16 input: ATen's mixed-type kernel
     assert torch.equal(F.layer_norm(half.to("vtpu"), (1024,), w.to("vtpu")).cpu(), F.layer_norm(half, (1024,), w))
     # Without a weight and bias the backward asks for the input gradient only.
     x = torch.randn(256, 1024, generator=g)

@@ -890,7 +890,7 @@ class Emitter {
     if (!lookup_tables_ || !is_lookup_op(node.op) || node.inputs.size() != 1 || has_runtime_scalar(node)) return false;
     if ((dtype != DType::kBFloat16 && dtype != DType::kFloat16) || node.common_dtype != dtype) return false;
     const ir::Node& in = graph_.nodes()[static_cast<std::size_t>(node.inputs[0])];
-    if (in.type.dtype != dtype) return false;
+    if (in.type.dtype != dtype || in.op == OpKind::Constant) return false;  // a launch scalar is not rounded
     return dtype == DType::kBFloat16 || in.op == OpKind::Input;
   }
 

@@ -120,7 +120,8 @@ TEST(HostCodegenLookupTables, EveryPatternGivesTheComputedBits) {
 }
 
 TEST(HostCodegenLookupTables, ChainsAndBroadcastOperandsGiveTheComputedBits) {
-  // bfloat16 gelu(x * y): the product, rounded to bfloat16, indexes the
+  // GELU's backward grad * G(x), G(x) from a table of floats, in both
+  // dtypes. bfloat16 gelu(x * y): the product, rounded to bfloat16, indexes the
   // table. float16 sin(x) * cos(w) with w broadcast along rows (its lane
   // groups read the stored bits of a column, not of 16 neighbours), and
   // float16 tanh(x * y), whose rounded product is not an input: computed.
@@ -132,7 +133,9 @@ TEST(HostCodegenLookupTables, ChainsAndBroadcastOperandsGiveTheComputedBits) {
   const std::vector<std::int64_t> sizes{64, 1024};
   const std::vector<Chain> chains{{"gelu_of_product", DType::kBFloat16, {{1024, 1}, {1024, 1}}},
                                   {"sin_times_cos_of_column", DType::kFloat16, {{1024, 1}, {1, 0}}},
-                                  {"tanh_of_product", DType::kFloat16, {{1024, 1}, {1024, 1}}}};
+                                  {"tanh_of_product", DType::kFloat16, {{1024, 1}, {1024, 1}}},
+                                  {"gelu_backward_bfloat16", DType::kBFloat16, {{1024, 1}, {1024, 1}}},
+                                  {"gelu_backward_float16", DType::kFloat16, {{1024, 1}, {1024, 1}}}};
   auto graph_of = [&](const Chain& chain) {
     ir::Graph g;
     const auto x = g.add_input(TensorType{chain.dtype, sizes, chain.input_strides[0]});
@@ -141,8 +144,11 @@ TEST(HostCodegenLookupTables, ChainsAndBroadcastOperandsGiveTheComputedBits) {
       g.mark_output(g.add_node(OpKind::Gelu, {g.add_node(OpKind::Mul, {x, y}, {})}, {}));
     } else if (chain.name == "sin_times_cos_of_column") {
       g.mark_output(g.add_node(OpKind::Mul, {g.add_node(OpKind::Sin, {x}, {}), g.add_node(OpKind::Cos, {y}, {})}, {}));
-    } else {
+    } else if (chain.name == "tanh_of_product") {
       g.mark_output(g.add_node(OpKind::Tanh, {g.add_node(OpKind::Mul, {x, y}, {})}, {}));
+    } else {
+      // grad y times G(x) read from a factor table (every x pattern: x below).
+      g.mark_output(g.add_node(OpKind::GeluBackward, {y, x}, {}));
     }
     return g;
   };
@@ -156,7 +162,7 @@ TEST(HostCodegenLookupTables, ChainsAndBroadcastOperandsGiveTheComputedBits) {
         << chain.name;
   }
   const auto library = KernelLibrary::load(testing::compile_once(host_translation_unit(kernels)));
-  // Every pattern several times over, in another order for each operand.
+  // x: every pattern once (40503 is odd, so i * 40503 permutes them); y: another order.
   std::vector<std::uint16_t> x(64 * 1024), y(64 * 1024);
   for (std::uint32_t i = 0; i < x.size(); ++i) {
     x[i] = static_cast<std::uint16_t>(i * 40503u);

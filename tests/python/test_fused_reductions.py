@@ -274,16 +274,20 @@ def test_a_zero_dim_operand_keeps_out_of_the_reduction_kernel(capfd):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("op", ["gelu", "sin", "tanh", "exp"])
+@pytest.mark.parametrize("op", ["gelu", "sin", "tanh", "exp", "gelu_backward"])
 def test_16bit_tables_equal_the_fused_reductions_computed_values(dtype, op):
     # A strict-mode (or purely elementwise) kernel reads a 16-bit
     # transcendental op's results from a table it filled from the op's own
     # expression (host_codegen.cpp, "Lookup tables"); a fused reduction that
     # stores the op's result computes it per element. Over every 16-bit
     # pattern (NaNs, infinities, subnormals, both zeros) the stored bits
-    # must be the same in both modes.
-    fn = {"gelu": torch.nn.functional.gelu, "sin": torch.sin, "tanh": torch.tanh, "exp": torch.exp}[op]
+    # must be the same in both modes. GELU's backward, grad * G(x), reads
+    # G(x) from a table of floats.
     x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype).reshape(256, 256).to("vtpu")
+    grad_cpu = torch.randn(256, 256, generator=torch.Generator().manual_seed(5)).to(dtype)
+    grad = grad_cpu.to("vtpu")
+    fn = {"gelu": torch.nn.functional.gelu, "sin": torch.sin, "tanh": torch.tanh, "exp": torch.exp,
+          "gelu_backward": lambda t: torch.ops.aten.gelu_backward(grad if t.device.type == "vtpu" else grad_cpu.float(), t)}[op]
 
     def program(t):
         y = fn(t)

@@ -886,10 +886,23 @@ class Emitter {
   // is its stored element (a float16 result passed on as a float has no
   // cheap exact way back, so such nodes compute).
   bool uses_lookup_table(const ir::Node& node) const {
+    return is_lookup_op(node.op) && node.inputs.size() == 1 && !has_runtime_scalar(node) && indexable_operand(node, 0);
+  }
+
+  // GELU's backward, grad * G(x), multiplies the gradient by a function of
+  // x alone: its table holds G(x) as a float (not rounded), and the kernel
+  // computes grad * table[x], the same product.
+  bool uses_factor_table(const ir::Node& node) const {
+    return node.op == OpKind::GeluBackward && node.attrs.get_string("approximate", "none") == "none" &&
+           indexable_operand(node, 1);
+  }
+
+  // Operand k of a 16-bit node can index a table (see above).
+  bool indexable_operand(const ir::Node& node, std::size_t k) const {
     const DType dtype = node.type.dtype;
-    if (!lookup_tables_ || !is_lookup_op(node.op) || node.inputs.size() != 1 || has_runtime_scalar(node)) return false;
+    if (!lookup_tables_ || !operand_overrides_.empty()) return false;
     if ((dtype != DType::kBFloat16 && dtype != DType::kFloat16) || node.common_dtype != dtype) return false;
-    const ir::Node& in = graph_.nodes()[static_cast<std::size_t>(node.inputs[0])];
+    const ir::Node& in = graph_.nodes()[static_cast<std::size_t>(node.inputs[k])];
     if (in.type.dtype != dtype || in.op == OpKind::Constant) return false;  // a launch scalar is not rounded
     return dtype == DType::kBFloat16 || in.op == OpKind::Input;
   }
@@ -897,7 +910,8 @@ class Emitter {
   std::vector<ir::ValueId> lookup_nodes() const {
     std::vector<ir::ValueId> ids;
     for (std::size_t i = 0; i < graph_.nodes().size(); ++i)
-      if (uses_lookup_table(graph_.nodes()[i])) ids.push_back(static_cast<ir::ValueId>(i));
+      if (uses_lookup_table(graph_.nodes()[i]) || uses_factor_table(graph_.nodes()[i]))
+        ids.push_back(static_cast<ir::ValueId>(i));
     return ids;
   }
 
@@ -906,10 +920,12 @@ class Emitter {
   void emit_lookup_table(std::ostringstream& s, ir::ValueId id) const {
     const ir::Node& node = graph_.nodes()[static_cast<std::size_t>(id)];
     const std::string st = storage_type(node.type.dtype);
-    operand_override_ = "x";
-    const std::string result =
-        "vtpu_load(vtpu_store_t<" + st + ">::of(static_cast<float>(" + expression(node, id) + ")))";
-    operand_override_.clear();
+    const bool factor = uses_factor_table(node);
+    // A factor table's gradient is 1: 1 * G(x) is G(x) exactly.
+    operand_overrides_ = factor ? std::vector<std::string>{"float(1)", "x"} : std::vector<std::string>{"x"};
+    const std::string computed = "static_cast<float>(" + expression(node, id) + ")";
+    operand_overrides_.clear();
+    const std::string result = factor ? computed : "vtpu_load(vtpu_store_t<" + st + ">::of(" + computed + "))";
     s << "static const float* lookup_table_v" << id << "() {\n"
       << "  static float table[65536];\n"
       << "  static const bool filled = [] {\n"
@@ -920,10 +936,10 @@ class Emitter {
       << "  (void)filled;\n  return table;\n}\n";
   }
 
-  // Node `id`'s table read (`load` as in emit_values).
-  std::string lookup(const ir::Node& node, ir::ValueId id,
+  // Node `id`'s table read at operand k's bits (`load` as in emit_values).
+  std::string lookup(const ir::Node& node, ir::ValueId id, std::size_t k,
                      const std::function<std::string(int, DType)>& load) const {
-    const ir::ValueId in = node.inputs[0];
+    const ir::ValueId in = node.inputs[k];
     std::string index;
     if (node.type.dtype == DType::kBFloat16) {
       index = "(vtpu_f32_bits(" + value(in) + ") >> 16)";
@@ -1048,6 +1064,11 @@ class Emitter {
   // c.scalars in launch_scalars() order.
   void emit_values(std::ostringstream& s, const std::function<std::string(int, DType)>& load,
                    const std::function<bool(const ir::Node&)>& skip) const {
+    load_ = &load;
+    struct ForgetLoad {
+      const std::function<std::string(int, DType)>*& load;
+      ~ForgetLoad() { load = nullptr; }
+    } forget{load_};
     int scalar_index = 0;
     const auto& inputs = graph_.inputs();
     std::vector<bool> consumed(graph_.nodes().size(), false);
@@ -1076,7 +1097,7 @@ class Emitter {
         continue;
       }
       if (uses_lookup_table(node)) {  // an exact 16-bit value: passed on as it is
-        define(s, out_ct, id, lookup(node, id, load));
+        define(s, out_ct, id, lookup(node, id, 0, load));
         continue;
       }
       if (has_runtime_scalar(node))  // its attribute value arrives as the next launch scalar
@@ -1123,7 +1144,7 @@ class Emitter {
   // dtype than a 16-bit common dtype goes through the 16-bit type first, as
   // in ATen's CPU kernels (ir::rounds_operand_to_16_bits).
   std::string operand(const ir::Node& node, int k) const {
-    if (!operand_override_.empty()) return operand_override_;
+    if (!operand_overrides_.empty()) return operand_overrides_[static_cast<std::size_t>(k)];
     const std::string x = as(node.inputs[static_cast<std::size_t>(k)], compute_type_name(node.common_dtype));
     return ir::rounds_operand_to_16_bits(graph_, node, static_cast<std::size_t>(k)) ? to_16_bits(node, x) : x;
   }
@@ -1248,6 +1269,7 @@ class Emitter {
         if (node.attrs.get_string("approximate", "none") != "none")
           throw Error(ErrorKind::kInvalidArgument, "[host codegen] gelu_backward with tanh approximation");
         // d/dx [x * Phi(x)] = Phi(x) + x * phi(x)
+        if (load_ != nullptr && uses_factor_table(node)) return a + " * " + lookup(node, id, 1, *load_);
         return a + " * (" + T + "(0.5) * (" + T + "(1) + vtpu_erf(" + b + " * " + T + "(0.7071067811865476))) + " + b +
                " * " + T + "(0.3989422804014327) * vtpu_exp(" + T + "(-0.5) * " + b + " * " + b + "))";
       case OpKind::SigmoidBackward:
@@ -1307,9 +1329,11 @@ class Emitter {
   // (uses_lookup_table). Off for the generators that share emit_values (the
   // cuda target, fused reductions): they compute the same bits.
   bool lookup_tables_ = false;
-  // While set, the spelling of every operand: a lookup table's fill loop
+  // While set, the spelling of each operand: a lookup table's fill loop
   // evaluates its node's expression of its loop variable.
-  mutable std::string operand_override_;
+  mutable std::vector<std::string> operand_overrides_;
+  // emit_values' `load` while it runs (a factor table's index reads it).
+  mutable const std::function<std::string(int, DType)>* load_ = nullptr;
 };
 
 }  // namespace

@@ -16,12 +16,12 @@ import argparse
 import math
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 import torch_vtpu  # noqa: F401  (registers the device)
+from reductions import timed  # this directory: a sample is `calls` calls, then one sync
 
 CASES = {
     "gelu": lambda a, b: F.gelu(a),
@@ -37,14 +37,6 @@ CASES = {
     "gelu_backward": lambda a, b: torch.ops.aten.gelu_backward(b, a),
     "layer_norm": lambda a, b: F.layer_norm(a, (a.shape[-1],)),
 }
-
-
-def timed(fn, sync, calls) -> float:
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    sync()
-    return (time.perf_counter() - t) / calls
 
 
 def main(argv=None) -> int:

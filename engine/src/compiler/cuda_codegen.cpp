@@ -51,6 +51,7 @@ static inline __device__ vtpu_bf16 vtpu_to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return vtpu_bf16{(uint16_t)(u >> 16)};
 }
+static inline __device__ float vtpu_round_bf16(float f) { return vtpu_load(vtpu_to_bf16(f)); }
 static inline __device__ float vtpu_load(vtpu_half v) { return __half2float(__ushort_as_half(v.bits)); }
 static inline __device__ vtpu_half vtpu_to_half(float f) { return vtpu_half{__half_as_ushort(__float2half_rn(f))}; }
 template <typename T> static inline __device__ T vtpu_load(T v) { return v; }

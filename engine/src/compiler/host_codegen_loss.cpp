@@ -48,7 +48,7 @@ using runtime::ErrorKind;
 // Shared by both kernels. `rnd` rounds a compute-precision value to the
 // storage dtype and back (ATen's scalar_t arithmetic for the 16-bit floats).
 constexpr const char* kHelpers = R"HELPERS(
-static inline C rnd(C v) { return static_cast<C>(vtpu_load(vtpu_store_t<T>::of(v))); }
+static inline C rnd(C v) { return static_cast<C>(vtpu_round_t<T>::of(v)); }
 static inline C load(const T* p, int64_t off) { return static_cast<C>(vtpu_load(p[off])); }
 // The rows' geometry: a 1-dim x is one row (row strides 0).
 struct Rows {

@@ -6,10 +6,12 @@ process, medians of the repeats.
 
 The ops are the activations and transcendental functions of models run in
 16 bits (GELU both ways, SiLU, sin/cos of rotary embeddings, exp, tanh,
-sigmoid, erf, log), GELU's backward and layer norm, on a size x size matrix.
+sigmoid, erf, log), GELU's backward, layer norm and RMS norm (with a weight), on
+a size x size matrix.
 16-bit transcendental ops read lookup tables their kernels fill on first
 use (docs/architecture.md, "Lookup tables"); layer norm runs ATen's kernel in
-row blocks. A sample is --calls calls of the op, then one synchronize; times
+row blocks; RMS norm is one fused program (bridge/rms_norm_ops.cpp), whose
+kernels build in the background: the warm-up waits for them. A sample is --calls calls of the op, then one synchronize; times
 are per call. Ratios are vtpu / cpu: below 1 is faster than the CPU.
 """
 import argparse
@@ -21,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_vtpu  # noqa: F401  (registers the device)
+from torch_vtpu import _C
 from reductions import timed  # this directory: a sample is `calls` calls, then one sync
 
 CASES = {
@@ -36,6 +39,7 @@ CASES = {
     "log": lambda a, b: a.abs().log(),
     "gelu_backward": lambda a, b: torch.ops.aten.gelu_backward(b, a),
     "layer_norm": lambda a, b: F.layer_norm(a, (a.shape[-1],)),
+    "rms_norm": lambda a, b: F.rms_norm(a, (a.shape[-1],), b[0], 1e-6),
 }
 
 
@@ -68,7 +72,8 @@ def main(argv=None) -> int:
             for _ in range(3):  # compiles, lookup tables, the allocator's blocks
                 op(a, b)
                 op(av, bv)
-            sync()
+                sync()
+                _C._wait_for_fusion_compiles()
             cpu, dev = [], []
             for _ in range(args.repeats):  # interleaved: both see the same machine
                 cpu.append(timed(lambda: op(a, b), lambda: None, args.calls))

@@ -98,7 +98,7 @@ CI_STRIDE = 8
 # an op is included: softmax and softmax.with_dtype, var and var.unbiased).
 IMPORTANT_OPS = (
     "add", "mul", "matmul", "mm", "bmm", "addmm", "softmax", "log_softmax",
-    "nn.functional.layer_norm", "nn.functional.conv2d", "nn.functional.cross_entropy",
+    "nn.functional.layer_norm", "nn.functional.rms_norm", "nn.functional.conv2d", "nn.functional.cross_entropy",
     "sum", "mean", "var", "index_select", "gather", "scatter_add",
     "nn.functional.embedding", "where", "cat", "stack", "nonzero", "masked_select",
     "sort", "topk", "cumsum",

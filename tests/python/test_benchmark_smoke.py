@@ -83,14 +83,30 @@ def test_decode_benchmark_quick_run():
 def test_half_precision_ops_benchmark_quick_run():
     script = str(ROOT / "benchmarks" / "half_precision_ops.py")
     out = subprocess.run([sys.executable, script, "--size", "64", "--repeats", "1", "--calls", "1",
-                          "--only", "gelu", "layer_norm"], env=dict(os.environ), capture_output=True, text=True,
-                         timeout=300)
+                          "--only", "gelu", "layer_norm", "rms_norm"], env=dict(os.environ), capture_output=True,
+                         text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = [line.split() for line in out.stdout.splitlines() if line.split()[:1] in (["gelu"], ["layer_norm"])]
+    names = ("gelu", "layer_norm", "rms_norm")
+    rows = [line.split() for line in out.stdout.splitlines() if line.split()[:1] in [[n] for n in names]]
     assert sorted((r[0], r[1]) for r in rows) == sorted(
-        (name, dtype) for name in ("gelu", "layer_norm") for dtype in ("float32", "bfloat16", "float16"))
+        (name, dtype) for name in names for dtype in ("float32", "bfloat16", "float16"))
     assert all(float(r[3]) > 0 and float(r[4]) > 0 for r in rows), out.stdout
     assert out.stdout.count("geomean vtpu/cpu") == 3, out.stdout
     bad = subprocess.run([sys.executable, script, "--only", "gelu", "nonsense"], env=dict(os.environ),
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown case(s) nonsense" in bad.stderr, bad.stderr[-1000:]
+
+
+def test_bf16_training_benchmark_quick_run():
+    script = str(ROOT / "benchmarks" / "bf16_training.py")
+    for precision in ("pure", "autocast"):
+        out = subprocess.run([sys.executable, script, "--quick", "--precision", precision, "--only", "mlp_gelu_ln",
+                              "dlrm"], env=dict(os.environ), capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        rows = {line.split()[0]: line.split()[1:] for line in out.stdout.splitlines()
+                if line.split()[:1] in (["mlp_gelu_ln"], ["dlrm"])}
+        assert sorted(rows) == ["dlrm", "mlp_gelu_ln"], out.stdout
+        assert all(len(r) == 6 and all(float(v) > 0 for v in r) for r in rows.values()), out.stdout
+    bad = subprocess.run([sys.executable, script, "--only", "nonsense"], env=dict(os.environ), capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown workload(s) nonsense" in bad.stderr, bad.stderr[-1000:]

@@ -3,7 +3,8 @@
 // ATen's rms_norm calls _fused_rms_norm, which has kernels for CUDA and MPS
 // only; elsewhere its composite ran op by op, so strict mode launched six
 // kernels for the forward and about twenty with the backward (4096x1024
-// float32: 14 ms strict against 7 fused). Registered for the device, the
+// float32 forward + backward: 23 ms in strict mode, 10.5 ms with this file).
+// Registered for the device, the
 // forward runs the composite's own ops inside an OpWindow: strict mode
 // records them and queues them as fused kernels (the squares and the mean in
 // one reduction, the scaling in one elementwise kernel), fused mode lets them

@@ -4,13 +4,12 @@
 // only; elsewhere its composite ran op by op, so strict mode launched six
 // kernels for the forward and about twenty with the backward (4096x1024
 // float32 forward + backward: 23 ms in strict mode, 10.5 ms with this file).
-// Registered for the device, the
-// forward runs the composite's own ops inside an OpWindow: strict mode
-// records them and queues them as fused kernels (the squares and the mean in
-// one reduction, the scaling in one elementwise kernel), fused mode lets them
-// join the ops around them, debug mode runs them one by one. Fused kernels
-// give the unfused kernels' bits, so all three modes, and strict mode before
-// this file, give the same forward bits.
+// Registered for the device, the forward runs the composite's own ops inside
+// an OpWindow: strict mode records them and queues them as fused kernels (the
+// squares and the mean in one reduction, the scaling in one elementwise
+// kernel), fused mode lets them join the ops around them, debug mode runs
+// them one by one. Fused kernels give the unfused kernels' bits, so all three
+// modes, and strict mode before this file, give the same forward bits.
 //
 // With a device kernel for the forward, autograd records
 // _fused_rms_norm_backward (as on CUDA), which has no CPU kernel either: it

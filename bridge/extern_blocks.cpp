@@ -19,6 +19,7 @@
 
 #include "generated_kernels.h"
 #include "memory_overlap.h"
+#include "onednn_gemm.h"
 #include "pool_blocks.h"
 #include "vtpu/runtime/skinny_gemm.h"
 
@@ -47,6 +48,9 @@ struct GemmBlocks {
   // Blocks of the product's columns instead of its rows: for a transposed
   // right-hand matrix (nn.Linear's x @ W.t()), see run_gemm_in_row_blocks.
   bool by_columns = false;
+  // Each call (block or whole product) on oneDNN instead of MKL
+  // (onednn_gemm.h).
+  bool onednn = false;
   std::int64_t block_size = 0;       // rows (or columns) per block
   bool bias_by_row = false;          // a (M, N) bias is split with the rows
   c10::Scalar beta, alpha;
@@ -55,27 +59,43 @@ struct GemmBlocks {
   const GemmBlockHook* after = nullptr;
 };
 
+// out = bias + mat1 @ mat2 (job's beta and alpha; no bias for mm) on
+// oneDNN or MKL, as the job says.
+void multiply(const GemmBlocks& job, at::Tensor& out, const at::Tensor& mat1, const at::Tensor& mat2,
+              const at::Tensor& bias) {
+  if (job.onednn)
+    onednn_gemm(out, mat1, mat2, bias);
+  else if (bias.defined())
+    at::addmm_out(out, bias, mat1, mat2, job.beta, job.alpha);
+  else
+    at::mm_out(out, mat1, mat2);
+}
+
 // Columns [begin, begin + count) of the product: the right-hand matrix's
 // columns and the bias's, broadcast to the product's shape first.
 void run_column_block(GemmBlocks& job, std::int64_t begin, std::int64_t count) {
   at::Tensor out = job.out.narrow(1, begin, count);
   const at::Tensor mat2 = job.mat2.narrow(1, begin, count);
-  if (job.bias.defined()) {
-    const at::Tensor bias = job.bias.expand(job.out.sizes()).narrow(1, begin, count);
-    at::addmm_out(out, bias, job.mat1, mat2, job.beta, job.alpha);
-  } else {
-    at::mm_out(out, job.mat1, mat2);
-  }
+  const at::Tensor bias =
+      job.bias.defined() ? job.bias.expand(job.out.sizes()).narrow(1, begin, count) : at::Tensor();
+  multiply(job, out, job.mat1, mat2, bias);
 }
 
-// Row (or column) blocks [first, last) of the product, one MKL call each.
-// The blocks' boundaries depend only on the shapes, never on which thread
-// runs them or whether the pool shares them: MKL's summation order can
-// depend on a block's size, so this keeps the bits deterministic.
+// Row (or column) blocks [first, last) of the product, one single-threaded
+// MKL or oneDNN call each. The blocks' boundaries depend only on the shapes,
+// never on which thread runs them or whether the pool shares them: the
+// libraries' summation order can depend on a block's size, so this keeps
+// the bits deterministic.
 void run_blocks(std::int64_t first, std::int64_t last, void* raw) {
   auto& job = *static_cast<GemmBlocks*>(raw);
   job.error.run([&] {
-    SingleThreadedMkl single;
+    // oneDNN threads with OpenMP, MKL with its own per-thread count.
+    std::optional<SingleThreadedAten> single_aten;
+    std::optional<SingleThreadedMkl> single_mkl;
+    if (job.onednn)
+      single_aten.emplace();
+    else
+      single_mkl.emplace();
     const std::int64_t total = job.out.size(job.by_columns ? 1 : 0);
     for_blocks(first, last, job.block_size, total, [&](std::int64_t begin, std::int64_t count) {
       if (job.by_columns) {
@@ -85,12 +105,9 @@ void run_blocks(std::int64_t first, std::int64_t last, void* raw) {
       }
       at::Tensor out = job.out.narrow(0, begin, count);
       const at::Tensor mat1 = job.mat1.narrow(0, begin, count);
-      if (job.bias.defined()) {
-        const at::Tensor bias = job.bias_by_row ? job.bias.narrow(0, begin, count) : job.bias;
-        at::addmm_out(out, bias, mat1, job.mat2, job.beta, job.alpha);
-      } else {
-        at::mm_out(out, mat1, job.mat2);
-      }
+      const at::Tensor bias =
+          !job.bias.defined() ? at::Tensor() : job.bias_by_row ? job.bias.narrow(0, begin, count) : job.bias;
+      multiply(job, out, mat1, job.mat2, bias);
       if (job.after != nullptr) job.after->after_block(0, begin, count);
     });
   });
@@ -157,9 +174,10 @@ void run_skinny_gemm(const GemmBlocks& job, const runtime::SkinnyGemm& g) {
   g_skinny_runs.fetch_add(1, std::memory_order_relaxed);
 }
 
-// How a product runs: ATen's kernel (the caller's), the skinny GEMM, or
-// MKL in row or column blocks on the pool.
-enum class GemmRoute { kAten, kSkinny, kRows, kColumns };
+// How a product runs: ATen's kernel (the caller's), the skinny GEMM, MKL or
+// oneDNN in row or column blocks on the pool, or one oneDNN call on its
+// OpenMP threads.
+enum class GemmRoute { kAten, kSkinny, kRows, kColumns, kWholeOneDnn };
 
 // Reads the out= call `s` of `name` into `job` and decides its route, from
 // the operands' dtypes, shapes, strides and addresses only (so a product
@@ -210,21 +228,37 @@ GemmRoute plan_gemm(const std::string& name, const torch::jit::Stack& s, GemmBlo
       (job.bias.defined() && !in_place_bias && spans_intersect(out, job.bias)))
     return GemmRoute::kAten;
   if (plan_skinny_gemm(job, skinny)) return GemmRoute::kSkinny;
-  if (dtype != at::kFloat || !row_blocks_enabled() || mkl_set_local_threads() == nullptr) return GemmRoute::kAten;
+  // oneDNN for products of at least 16M multiply-adds: its call costs
+  // ~12 us more than MKL's (one thread: 1.43x MKL's time at 1M, 0.98 at 8M).
+  constexpr std::int64_t kMinOneDnnMultiplyAdds = std::int64_t{1} << 24;
+  job.onednn = onednn_gemm_enabled() && onednn_gemm_accepts(out, job.mat1, job.mat2, job.bias, job.beta, job.alpha) &&
+               out.size(0) * job.mat1.size(1) * out.size(1) >= kMinOneDnnMultiplyAdds;
+  // What is not split into blocks runs as one call on the library's threads.
+  const GemmRoute whole = job.onednn ? GemmRoute::kWholeOneDnn : GemmRoute::kAten;
+  if (dtype != at::kFloat || !row_blocks_enabled() || mkl_set_local_threads() == nullptr ||
+      (job.onednn && !SingleThreadedAten::available()))
+    return whole;
   const std::int64_t rows = out.size(0), k = job.mat1.size(1), n = out.size(1);
   // Blocks of at least 16 rows and ~1M multiply-adds (each block packs the
   // right-hand matrix again, which 16 rows amortise, and a smaller block is
-  // not worth a helper's time), at most kMaxBlocks of them.
+  // not worth a helper's time), at most kMaxBlocks of them. oneDNN's blocks
+  // are at least 128 rows (or columns) wide: thinner ones ran no faster
+  // than MKL's (one thread: 32x256x768 and 256x256x96 at 0.99 of MKL's
+  // time, 256x768x256 at 0.77-0.82), and the Qwen3-style step's GEMM time
+  // was 0.93-1.0 of MKL's in blocks of 32 rows, 0.78-0.89 in blocks of 128
+  // (in-process A/B, 2026-12-07).
   constexpr std::int64_t kMaxBlocks = 8;
+  const std::int64_t floor_rows = job.onednn ? 128 : 16;
+  const std::int64_t floor_columns = job.onednn ? 128 : 32;
   constexpr std::int64_t kMaxRightHandElements = std::int64_t{1} << 19;  // 2 MB of float32
   const std::int64_t per_row = std::max<std::int64_t>(1, k * n);
-  const std::int64_t min_rows = std::max<std::int64_t>(16, ((std::int64_t{1} << 20) + per_row - 1) / per_row);
+  const std::int64_t min_rows = std::max<std::int64_t>(floor_rows, ((std::int64_t{1} << 20) + per_row - 1) / per_row);
   // MKL's own threads are better for a product of more than ~64M
   // multiply-adds (its join is then a small share: MLP's 256x1024x1024
   // products ran 20-50% slower in blocks, each block packing the right-hand
   // matrix again), for a right-hand matrix beyond a core's L2, and for much
   // work in too few rows to share.
-  if (rows * per_row > (std::int64_t{1} << 26)) return GemmRoute::kAten;
+  if (rows * per_row > (std::int64_t{1} << 26)) return whole;
   // A transposed right-hand matrix (column-major: nn.Linear's x @ W.t())
   // is split by columns. Each row block would pack the whole right-hand
   // matrix again, transposing it as it packs; each column block packs only
@@ -234,7 +268,7 @@ GemmRoute plan_gemm(const std::string& name, const torch::jit::Stack& s, GemmBlo
   const bool transposed_right = job.mat2.stride(0) == 1 && job.mat2.stride(1) != 1;
   const std::int64_t per_column = std::max<std::int64_t>(1, rows * k);
   const std::int64_t min_columns =
-      std::max<std::int64_t>(32, ((std::int64_t{1} << 20) + per_column - 1) / per_column);
+      std::max<std::int64_t>(floor_columns, ((std::int64_t{1} << 20) + per_column - 1) / per_column);
   // Every column block reads all of mat1 and of the bias's rows: the
   // in-place addmm_ keeps rows.
   if (transposed_right && column_blocks_enabled() && !in_place_bias && per_column <= kMaxRightHandElements &&
@@ -243,8 +277,8 @@ GemmRoute plan_gemm(const std::string& name, const torch::jit::Stack& s, GemmBlo
     job.block_size = std::max(min_columns, (n + kMaxBlocks - 1) / kMaxBlocks);
     return GemmRoute::kColumns;
   }
-  if (per_row > kMaxRightHandElements) return GemmRoute::kAten;
-  if (rows < 2 * min_rows && rows * per_row > (std::int64_t{1} << 23)) return GemmRoute::kAten;
+  if (per_row > kMaxRightHandElements) return whole;
+  if (rows < 2 * min_rows && rows * per_row > (std::int64_t{1} << 23)) return whole;
   job.block_size = std::max(min_rows, (rows + kMaxBlocks - 1) / kMaxBlocks);
   return GemmRoute::kRows;
 }
@@ -274,6 +308,11 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s, const
       run_skinny_gemm(job, skinny);
       if (after != nullptr) after->after_product();
       return true;
+    case GemmRoute::kWholeOneDnn:
+      multiply(job, job.out, job.mat1, job.mat2, job.bias);
+      count_onednn_gemm_run();
+      if (after != nullptr) after->after_product();
+      return true;
     case GemmRoute::kRows:
     case GemmRoute::kColumns:
       break;
@@ -284,6 +323,7 @@ bool run_gemm_in_row_blocks(const std::string& name, torch::jit::Stack& s, const
   job.error.rethrow();
   if (after != nullptr && job.after == nullptr) after->after_product();
   g_row_block_runs.fetch_add(1, std::memory_order_relaxed);
+  if (job.onednn) count_onednn_gemm_run();
   if (job.by_columns) g_column_block_runs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

@@ -13,6 +13,7 @@
 #include "device_context.h"
 #include "device_trace.h"
 #include "extern_blocks.h"
+#include "onednn_gemm.h"
 #include "fused_window.h"
 #include "generated_kernels.h"
 #include "vtpu/runtime/error.h"
@@ -220,6 +221,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_gemm_row_block_runs", [] { return gemm_row_block_runs(); });
   m.def("_gemm_column_block_runs", [] { return gemm_column_block_runs(); });
   m.def("_skinny_gemm_runs", [] { return skinny_gemm_runs(); });
+  m.def("_onednn_gemm_runs", [] { return onednn_gemm_runs(); });
   m.def("_bmm_batch_block_runs", [] { return bmm_batch_block_runs(); });
   m.def("_attention_batch_block_runs", [] { return attention_batch_block_runs(); });
   m.def("_convolution_batch_block_runs", [] { return convolution_batch_block_runs(); });

@@ -1,0 +1,42 @@
+// float32 matrix products on oneDNN (inside the torch wheel) instead of MKL.
+//
+// Why: ATen's CPU GEMM is MKL's, and MKL takes a slower code path on AMD
+// processors (it selects its kernels by vendor). oneDNN selects by the
+// instruction set, and on this host (AMD EPYC, AVX-512) its float32 matmul
+// ran the training suite's shapes at 170-210 GFLOPS on two threads against
+// MKL's 105-165, and 0-23% faster on one thread (`/tmp` probe, 2026-12-07).
+// Both are extern libraries inside the wheel; DESIGN.md chose them for
+// matrix work.
+//
+// The results are the CPU's to rounding, not its bits (another summation
+// order); every mode runs the same call for the same shapes, so the modes
+// stay bitwise equal among themselves.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace vtpu::bridge {
+
+// Whether float32 products may go to oneDNN: the wheel exports ATen's oneDNN
+// matmul, `torch.backends.mkldnn.enabled` is on, and VTPU_ONEDNN_GEMM is not
+// off. Read at each call (the torch flag can change at run time).
+bool onednn_gemm_enabled();
+
+// Whether `out = bias + mat1 @ mat2` (beta, alpha as addmm's; no bias for mm)
+// is one oneDNN takes: float32 2-d operands of matching sizes, nothing empty,
+// alpha 1 and beta 1 (or no bias), a bias expandable to out's shape.
+bool onednn_gemm_accepts(const at::Tensor& out, const at::Tensor& mat1, const at::Tensor& mat2,
+                         const at::Tensor& bias, const c10::Scalar& beta, const c10::Scalar& alpha);
+
+// Runs it on oneDNN with the calling thread's OpenMP team (one thread under
+// SingleThreadedAten). `bias` undefined for mm. out must not overlap the
+// matrices (the caller checks); it may be the bias itself (addmm_).
+void onednn_gemm(const at::Tensor& out, const at::Tensor& mat1, const at::Tensor& mat2, const at::Tensor& bias);
+
+// Products (whole or blocks' calls counted once per product) run on oneDNN.
+std::uint64_t onednn_gemm_runs();
+void count_onednn_gemm_run();
+
+}  // namespace vtpu::bridge

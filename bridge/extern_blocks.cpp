@@ -230,13 +230,18 @@ GemmRoute plan_gemm(const std::string& name, const torch::jit::Stack& s, GemmBlo
   if (plan_skinny_gemm(job, skinny)) return GemmRoute::kSkinny;
   // oneDNN for products of at least 16M multiply-adds: its call costs
   // ~12 us more than MKL's (one thread: 1.43x MKL's time at 1M, 0.98 at 8M).
+  // Its operands must be laid out as it reads them in place: ATen's
+  // mkldnn_matmul copies any other layout first.
   constexpr std::int64_t kMinOneDnnMultiplyAdds = std::int64_t{1} << 24;
-  job.onednn = onednn_gemm_enabled() && onednn_gemm_accepts(out, job.mat1, job.mat2, job.bias, job.beta, job.alpha) &&
-               out.size(0) * job.mat1.size(1) * out.size(1) >= kMinOneDnnMultiplyAdds;
+  const bool onednn_whole =
+      onednn_gemm_enabled() && onednn_gemm_accepts(out, job.mat1, job.mat2, job.bias, job.beta, job.alpha) &&
+      out.size(0) * job.mat1.size(1) * out.size(1) >= kMinOneDnnMultiplyAdds && onednn_reads_in_place(job.mat1) &&
+      onednn_reads_in_place(job.mat2);
+  job.onednn = onednn_whole;
   // What is not split into blocks runs as one call on the library's threads.
-  const GemmRoute whole = job.onednn ? GemmRoute::kWholeOneDnn : GemmRoute::kAten;
+  const GemmRoute whole = onednn_whole ? GemmRoute::kWholeOneDnn : GemmRoute::kAten;
   if (dtype != at::kFloat || !row_blocks_enabled() || mkl_set_local_threads() == nullptr ||
-      (job.onednn && !SingleThreadedAten::available()))
+      (onednn_whole && !SingleThreadedAten::available()))
     return whole;
   const std::int64_t rows = out.size(0), k = job.mat1.size(1), n = out.size(1);
   // Blocks of at least 16 rows and ~1M multiply-adds (each block packs the
@@ -248,11 +253,8 @@ GemmRoute plan_gemm(const std::string& name, const torch::jit::Stack& s, GemmBlo
   // was 0.93-1.0 of MKL's in blocks of 32 rows, 0.78-0.89 in blocks of 128
   // (in-process A/B, 2026-12-07).
   constexpr std::int64_t kMaxBlocks = 8;
-  const std::int64_t floor_rows = job.onednn ? 128 : 16;
-  const std::int64_t floor_columns = job.onednn ? 128 : 32;
   constexpr std::int64_t kMaxRightHandElements = std::int64_t{1} << 19;  // 2 MB of float32
   const std::int64_t per_row = std::max<std::int64_t>(1, k * n);
-  const std::int64_t min_rows = std::max<std::int64_t>(floor_rows, ((std::int64_t{1} << 20) + per_row - 1) / per_row);
   // MKL's own threads are better for a product of more than ~64M
   // multiply-adds (its join is then a small share: MLP's 256x1024x1024
   // products ran 20-50% slower in blocks, each block packing the right-hand
@@ -264,11 +266,12 @@ GemmRoute plan_gemm(const std::string& name, const torch::jit::Stack& s, GemmBlo
   // matrix again, transposing it as it packs; each column block packs only
   // its own columns, and the left-hand matrix again instead: 256x256x768
   // one-thread blocks of 32 rows took 807 us, of 96 columns 655 us, one call
-  // 593 us. Left-hand matrices beyond a core's L2 keep rows.
+  // 593 us. Left-hand matrices beyond a core's L2 keep rows. (A column
+  // block of a transposed matrix is one oneDNN reads in place.)
   const bool transposed_right = job.mat2.stride(0) == 1 && job.mat2.stride(1) != 1;
   const std::int64_t per_column = std::max<std::int64_t>(1, rows * k);
-  const std::int64_t min_columns =
-      std::max<std::int64_t>(floor_columns, ((std::int64_t{1} << 20) + per_column - 1) / per_column);
+  const std::int64_t min_columns = std::max<std::int64_t>(
+      onednn_whole ? 128 : 32, ((std::int64_t{1} << 20) + per_column - 1) / per_column);
   // Every column block reads all of mat1 and of the bias's rows: the
   // in-place addmm_ keeps rows.
   if (transposed_right && column_blocks_enabled() && !in_place_bias && per_column <= kMaxRightHandElements &&
@@ -278,7 +281,20 @@ GemmRoute plan_gemm(const std::string& name, const torch::jit::Stack& s, GemmBlo
     return GemmRoute::kColumns;
   }
   if (per_row > kMaxRightHandElements) return whole;
-  if (rows < 2 * min_rows && rows * per_row > (std::int64_t{1} << 23)) return whole;
+  // A row block of a transposed left-hand matrix (a weight gradient's
+  // g.t() @ x) is a strided slice that oneDNN copies first, a cost that
+  // only wide products amortise (ms, MKL blocks / one whole oneDNN call /
+  // oneDNN blocks, 3 alternating processes: 512x512x100 0.42 / 0.46 / 0.63,
+  // 512x256x256 0.42 / 0.46 / 0.51, 256x512x512 0.85 / 0.79 / 0.72,
+  // 256x256x768 0.63 / 0.65 / 0.53): oneDNN's blocks from 512 columns on,
+  // MKL's below.
+  job.onednn = onednn_whole && (job.mat1.stride(1) == 1 || n >= 512);
+  const std::int64_t min_rows =
+      std::max<std::int64_t>(job.onednn ? 128 : 16, ((std::int64_t{1} << 20) + per_row - 1) / per_row);
+  if (rows < 2 * min_rows && rows * per_row > (std::int64_t{1} << 23)) {
+    job.onednn = onednn_whole;
+    return whole;
+  }
   job.block_size = std::max(min_rows, (rows + kMaxBlocks - 1) / kMaxBlocks);
   return GemmRoute::kRows;
 }

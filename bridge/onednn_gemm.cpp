@@ -43,6 +43,10 @@ bool onednn_gemm_accepts(const at::Tensor& out, const at::Tensor& mat1, const at
          is_one(beta) && is_one(alpha);
 }
 
+bool onednn_reads_in_place(const at::Tensor& t) {
+  return t.dim() == 2 && (t.is_contiguous() || (t.stride(0) == 1 && t.stride(1) == t.size(0)));
+}
+
 void onednn_gemm(const at::Tensor& out, const at::Tensor& mat1, const at::Tensor& mat2, const at::Tensor& bias) {
   if (!bias.defined()) {
     // beta = 0: oneDNN writes out without reading it (a NaN in the fresh

@@ -1,7 +1,9 @@
 """float32 mm/addmm of at least 16M multiply-adds run on oneDNN's matmul
 (bridge/onednn_gemm.h) instead of MKL's GEMM: whole on oneDNN's OpenMP
 threads, or in blocks of at least 128 rows (columns for a transposed
-right-hand matrix) on the work-sharing pool, one single-threaded call each.
+right-hand matrix) on the work-sharing pool, one single-threaded call each,
+where that pays (no operands with gaps between rows; row blocks of a
+transposed left-hand matrix, which oneDNN copies, only from 512 columns on).
 
 Results are the CPU's to rounding, not its bits. The check is against a
 float64 product: vtpu's error may be a small multiple of the CPU's own (MKL's
@@ -60,11 +62,21 @@ def _operands(m, k, n, g):
     yield "row slice", torch.randn(m + 3, k, generator=g)[2:2 + m], b
 
 
+def _expected_runs(shape, layout):
+    """oneDNN calls per product: none for row blocks of a transposed left-hand
+    matrix (strided slices oneDNN copies first) under 512 columns, which
+    products of at most 64M multiply-adds with a row-major right-hand matrix
+    take."""
+    m, k, n = shape
+    return 0 if layout == "a transposed" and m * k * n <= 1 << 26 and n < 512 else 1
+
+
 @pytest.mark.parametrize("shape", [(256, 1024, 1024), (256, 256, 768), (512, 256, 256), (300, 100, 700)])
 def test_products_on_onednn_are_as_accurate_as_the_cpus_and_the_same_bits_in_every_mode(shape):
     m, k, n = shape
     g = torch.Generator().manual_seed(m + k + n)
     for layout, a, b in _operands(m, k, n, g):
+        calls = _expected_runs(shape, layout)
         for bias in (None, torch.randn(n, generator=g), torch.randn(m, n, generator=g), torch.randn(1, n, generator=g)):
             name = f"{shape} {layout} bias {None if bias is None else tuple(bias.shape)}"
             got = {}
@@ -72,7 +84,7 @@ def test_products_on_onednn_are_as_accurate_as_the_cpus_and_the_same_bits_in_eve
                 with torch_vtpu.mode(mode):
                     before = _runs()
                     got[mode] = _product(a, b, bias, "vtpu")
-                    assert _runs() == before + 1, (name, mode)
+                    assert _runs() == before + calls, (name, mode)
             _assert_as_accurate_as_the_cpu(got["strict"], a, b, bias, name)
             for mode, result in got.items():
                 assert torch.equal(result, got["strict"]), (name, mode)
@@ -97,6 +109,23 @@ def test_routes_whole_products_and_blocks_of_at_least_128():
     r0, c0, o0 = rows(), columns(), _runs()
     _product(x, w.t().contiguous(), None, "vtpu")
     assert (_runs() - o0, rows() - r0, columns() - c0) == (1, 1, 0)
+    # Row blocks of a transposed left-hand matrix (a weight gradient) are
+    # strided slices oneDNN copies: MKL's row blocks under 512 columns,
+    # oneDNN's from there on.
+    grad = torch.randn(256, 768, generator=g)
+    r0, c0, o0 = rows(), columns(), _runs()
+    _product(grad.to("vtpu").t(), x, None, "vtpu")
+    assert (_runs() - o0, rows() - r0, columns() - c0) == (0, 1, 0)
+    left = grad[:, :256].contiguous().to("vtpu").t()
+    assert left.stride() == (1, 256)
+    r0, c0, o0 = rows(), columns(), _runs()
+    _product(left, torch.randn(256, 512, generator=g), None, "vtpu")
+    assert (_runs() - o0, rows() - r0, columns() - c0) == (1, 1, 0)
+    # Operands with gaps between rows (a column slice): MKL.
+    wide = torch.randn(256, 1024, generator=g)
+    r0, o0 = rows(), _runs()
+    _product(wide.to("vtpu")[:, :256], w.t().contiguous(), None, "vtpu")
+    assert (_runs() - o0, rows() - r0) == (0, 1)
 
 
 def test_small_products_scaled_products_and_other_dtypes_keep_mkl():

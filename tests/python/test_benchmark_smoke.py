@@ -110,3 +110,21 @@ def test_bf16_training_benchmark_quick_run():
     bad = subprocess.run([sys.executable, script, "--only", "nonsense"], env=dict(os.environ), capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "unknown workload(s) nonsense" in bad.stderr, bad.stderr[-1000:]
+
+
+def test_gemm_library_benchmark_quick_run():
+    script = str(ROOT / "benchmarks" / "gemm_library.py")
+    out = subprocess.run([sys.executable, script, "--quick", "--only", "qwen3_attn_256x256x256", "dlrm"],
+                         env=dict(os.environ), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [line.split() for line in out.stdout.splitlines()]
+    products = [r for r in lines if r[:1] == ["qwen3_attn_256x256x256"]]
+    assert sorted(r[1] for r in products) == ["forward", "input", "weight"], out.stdout
+    assert all(float(v) > 0 for r in products for v in r[2:]), out.stdout
+    steps = [r for r in lines if r[:1] == ["dlrm"]]
+    assert sorted(r[1] for r in steps) == ["fused", "strict"], out.stdout
+    assert all(float(v) > 0 for r in steps for v in r[2:5]), out.stdout
+    assert "geomean oneDNN/MKL" in out.stdout, out.stdout
+    bad = subprocess.run([sys.executable, script, "--only", "nonsense"], env=dict(os.environ), capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown name(s) nonsense" in bad.stderr, bad.stderr[-1000:]

@@ -362,6 +362,7 @@ bool bmm_blocks_enabled() {
 struct BmmBlocks {
   at::Tensor out, left, right;
   std::int64_t block = 1;  // batch elements per block
+  bool onednn = false;     // each block one oneDNN call instead of MKL's
   FirstError error;
 };
 
@@ -373,7 +374,11 @@ void run_bmm_blocks(std::int64_t first, std::int64_t last, void* raw) {
     SingleThreadedAten single;
     for_blocks(first, last, job.block, job.out.size(0), [&](std::int64_t begin, std::int64_t count) {
       at::Tensor out = job.out.narrow(0, begin, count);
-      at::bmm_out(out, job.left.narrow(0, begin, count), job.right.narrow(0, begin, count));
+      const at::Tensor left = job.left.narrow(0, begin, count), right = job.right.narrow(0, begin, count);
+      if (job.onednn)
+        onednn_gemm(out, left, right, at::Tensor());
+      else
+        at::bmm_out(out, left, right);
     });
   });
 }
@@ -401,8 +406,17 @@ bool run_bmm_in_batch_blocks(const std::string& name, torch::jit::Stack& s) {
   // At most 8 blocks, boundaries from the batch size only.
   constexpr std::int64_t kMaxBlocks = 8;
   job.block = (batch + kMaxBlocks - 1) / kMaxBlocks;
+  // oneDNN (onednn_gemm.h) where each block's call has at least ~8M
+  // multiply-adds (oneDNN's call costs ~12 us more than MKL's) and every
+  // operand lies as oneDNN reads it: attention's batched products of
+  // 96x128x64x128 ran in 0.83-0.91 of MKL's time, 48x512x512x64 in 0.71
+  // (two threads, `/tmp` probe, 2026-12-07).
+  const std::int64_t per_batch = job.left.size(1) * job.left.size(2) * job.right.size(2);
+  job.onednn = onednn_gemm_enabled() && job.block * per_batch >= (std::int64_t{1} << 23) &&
+               onednn_reads_in_place(job.left) && onednn_reads_in_place(job.right);
   parallel_over((batch + job.block - 1) / job.block, 1, &run_bmm_blocks, &job);
   job.error.rethrow();
+  if (job.onednn) count_onednn_gemm_run();
   const c10::IValue out = s[2];
   s.clear();
   s.push_back(out);

@@ -44,7 +44,11 @@ bool onednn_gemm_accepts(const at::Tensor& out, const at::Tensor& mat1, const at
 }
 
 bool onednn_reads_in_place(const at::Tensor& t) {
-  return t.dim() == 2 && (t.is_contiguous() || (t.stride(0) == 1 && t.stride(1) == t.size(0)));
+  if (t.is_contiguous()) return t.dim() == 2 || t.dim() == 3;
+  const std::int64_t d = t.dim();
+  if (d != 2 && d != 3) return false;
+  const bool column_major = t.stride(d - 2) == 1 && t.stride(d - 1) == t.size(d - 2);
+  return column_major && (d == 2 || t.stride(0) == t.size(1) * t.size(2));
 }
 
 void onednn_gemm(const at::Tensor& out, const at::Tensor& mat1, const at::Tensor& mat2, const at::Tensor& bias) {

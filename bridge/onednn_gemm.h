@@ -30,15 +30,16 @@ bool onednn_gemm_enabled();
 bool onednn_gemm_accepts(const at::Tensor& out, const at::Tensor& mat1, const at::Tensor& mat2,
                          const at::Tensor& bias, const c10::Scalar& beta, const c10::Scalar& alpha);
 
-// Whether oneDNN reads `t` (2-d) as it lies: row-major or column-major
-// with no gaps between rows or columns. ATen's mkldnn_matmul copies any
-// other layout (a row block of a transposed matrix, a column block of a
-// row-major one) into a contiguous tensor first.
+// Whether oneDNN reads `t` (2-d, or 3-d: a batch of matrices) as it lies:
+// contiguous, or its matrices column-major with no gaps between them.
+// ATen's mkldnn_matmul copies any other layout (a row block of a transposed
+// matrix, a column block of a row-major one) into a contiguous tensor first.
 bool onednn_reads_in_place(const at::Tensor& t);
 
 // Runs it on oneDNN with the calling thread's OpenMP team (one thread under
-// SingleThreadedAten). `bias` undefined for mm. out must not overlap the
-// matrices (the caller checks); it may be the bias itself (addmm_).
+// SingleThreadedAten). `bias` undefined for mm, and for bmm (3-d operands,
+// out = mat1 @ mat2 per batch element). out must not overlap the matrices
+// (the caller checks); it may be the bias itself (addmm_).
 void onednn_gemm(const at::Tensor& out, const at::Tensor& mat1, const at::Tensor& mat2, const at::Tensor& bias);
 
 // Products (whole or blocks' calls counted once per product) run on oneDNN.

@@ -227,3 +227,45 @@ def test_linear_training_compiled_matches_strict_bitwise():
     cpu(x).square().mean().backward()
     for got, want in zip(want_grads, [p.grad for p in cpu.parameters()]):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def _batched(a, b, device):
+    return torch.bmm(a.to(device), b.to(device)).cpu()
+
+
+@pytest.mark.parametrize("shape", [(96, 128, 64, 128), (48, 256, 256, 64), (16, 100, 300, 200)])
+def test_batched_products_run_in_onednn_blocks_as_accurate_as_the_cpus(shape):
+    batch, m, k, n = shape
+    g = torch.Generator().manual_seed(batch + m + k + n)
+    a = torch.randn(batch, m, k, generator=g)
+    b = torch.randn(batch, k, n, generator=g)
+    # Attention's q @ k.transpose(-2, -1): a right-hand batch of column-major matrices.
+    b_transposed = torch.randn(batch, n, k, generator=g).to("vtpu").transpose(1, 2)
+    for name, right in (("row-major", b), ("transposed", b_transposed)):
+        got = {}
+        for mode in ("strict", "fused", "debug"):
+            with torch_vtpu.mode(mode):
+                before, blocks = _runs(), C._bmm_batch_block_runs()
+                got[mode] = _batched(a, right, "vtpu")
+                assert (_runs() - before, C._bmm_batch_block_runs() - blocks) == (1, 1), (name, mode)
+        cpu_right = right.cpu()
+        exact = a.double() @ cpu_right.double()
+        cpu_error = (torch.bmm(a, cpu_right).double() - exact).abs().max().item()
+        error = (got["strict"].double() - exact).abs().max().item()
+        assert error <= 4 * cpu_error + 1.2e-7 * exact.abs().max().item(), (name, error, cpu_error)
+        for mode, result in got.items():
+            assert torch.equal(result, got["strict"]), (name, mode)
+        assert torch.equal(_batched(a, right, "vtpu"), got["strict"]), name
+
+
+def test_small_or_gapped_batched_products_keep_mkl():
+    g = torch.Generator().manual_seed(7)
+    small_a, small_b = torch.randn(512, 9, 64, generator=g), torch.randn(512, 64, 9, generator=g)  # DLRM's
+    wide = torch.randn(96, 128, 200, generator=g).to("vtpu")
+    b = torch.randn(96, 128, 128, generator=g)
+    before, blocks = _runs(), C._bmm_batch_block_runs()
+    torch.testing.assert_close(_batched(small_a, small_b, "vtpu"), torch.bmm(small_a, small_b))
+    gapped = wide[:, :, :128]  # rows with gaps: oneDNN would copy it first
+    torch.testing.assert_close(_batched(gapped, b, "vtpu"), torch.bmm(gapped.cpu(), b), rtol=1e-5, atol=2e-4)
+    assert _runs() == before
+    assert C._bmm_batch_block_runs() - blocks == 2

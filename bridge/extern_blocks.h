@@ -1,5 +1,6 @@
 // Extern kernels of the host-kernel path split into independent blocks on
-// the work-sharing pool, each block one single-threaded ATen/MKL call:
+// the work-sharing pool, each block one single-threaded ATen/MKL call (or
+// oneDNN's, for large float32 products: onednn_gemm.h):
 // matrix products (mm and addmm, out= form) and layer norm (forward and
 // backward, norm_blocks.cpp) by rows; batched products (bmm), CPU flash
 // attention and 2-d convolutions (each forward and backward) by batch.
@@ -20,7 +21,8 @@
 namespace vtpu::bridge {
 
 // Runs the out= call `out_stack` of op `name` ("aten::mm.out",
-// "aten::addmm.out") as row blocks on the pool, or, for a float32 or bfloat16
+// "aten::addmm.out") as row blocks on the pool, or as one oneDNN call on its
+// own threads (onednn_gemm.h), or, for a float32 or bfloat16
 // product of at most 8 rows by a transposed right-hand matrix of at least 64 KB
 // (nn.Linear's x @ W.t() while decoding), as column blocks of vTPU's skinny GEMM
 // (vtpu/runtime/skinny_gemm.h; VTPU_SKINNY_GEMM=0 leaves them to MKL).

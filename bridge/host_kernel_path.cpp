@@ -21,6 +21,7 @@
 #include "call_site.h"
 #include "device_context.h"
 #include "extern_blocks.h"
+#include "onednn_gemm.h"
 #include "fused_window.h"
 #include "generated_kernels.h"
 #include "generated_lowering.h"
@@ -631,6 +632,9 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   for (const at::Tensor& t : fresh_host) tensor_bytes += t.defined() ? t.nbytes() : 0;
   const bool serial = runs_serially(name, tensor_bytes) && pool_blocks::SingleThreadedAten::available();
   if (serial) context.metrics().count_host_serial(name);
+  // torch.backends.mkldnn.enabled as the op is issued: the stream may run it
+  // after a `with torch.backends.mkldnn.flags(enabled=False):` block ended.
+  const bool onednn = torch_onednn_flag();
   LazyBits lazy_bits;
   for (const c10::IValue& arg : host)
     for_each_tensor(arg, [&](const at::Tensor& t) {
@@ -656,7 +660,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   // epilogue, fused_window.h), or null.
   auto kernel = [op, out_op, out_name = std::move(out_name), host = std::move(host), out_host = std::move(out_host),
                  fresh_host = std::move(fresh_host), fresh_slots = std::move(fresh_slots),
-                 written_positions = std::move(written_positions), name, serial,
+                 written_positions = std::move(written_positions), name, serial, onednn,
                  lazy_bits = std::move(lazy_bits)](const GemmBlockHook* epilogue) mutable {
     try {
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
@@ -664,6 +668,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
       bool epilogue_ran = false;  // the product's blocks went to `epilogue` as they were written
       std::optional<pool_blocks::SingleThreadedAten> one_thread;
       if (serial) one_thread.emplace();
+      const OneDnnFlagAtIssue onednn_as_issued(onednn);
       if (out_op) {
         // The out= kernel writes straight into the device buffers. It must
         // leave them exactly as promised at dispatch; some CPU out= kernels

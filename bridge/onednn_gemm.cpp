@@ -21,13 +21,26 @@ namespace {
 
 std::atomic<std::uint64_t> g_runs{0};
 
+// -1: no OneDnnFlagAtIssue on this thread; else its value.
+thread_local int t_flag_at_issue = -1;
+
 bool is_one(const c10::Scalar& s) { return !s.isComplex() && s.toDouble() == 1.0; }
 
 }  // namespace
 
+bool torch_onednn_flag() {
+  return t_flag_at_issue >= 0 ? t_flag_at_issue == 1 : at::globalContext().userEnabledMkldnn();
+}
+
+OneDnnFlagAtIssue::OneDnnFlagAtIssue(bool enabled) : previous_(t_flag_at_issue) {
+  t_flag_at_issue = enabled ? 1 : 0;
+}
+
+OneDnnFlagAtIssue::~OneDnnFlagAtIssue() { t_flag_at_issue = previous_; }
+
 bool onednn_gemm_enabled() {
   static const bool switched_on = env_switch("VTPU_ONEDNN_GEMM", true);
-  return switched_on && &at::native::mkldnn_matmul != nullptr && at::globalContext().userEnabledMkldnn();
+  return switched_on && &at::native::mkldnn_matmul != nullptr && torch_onednn_flag();
 }
 
 bool onednn_gemm_accepts(const at::Tensor& out, const at::Tensor& mat1, const at::Tensor& mat2,

@@ -20,9 +20,27 @@
 namespace vtpu::bridge {
 
 // Whether float32 products may go to oneDNN: the wheel exports ATen's oneDNN
-// matmul, `torch.backends.mkldnn.enabled` is on, and VTPU_ONEDNN_GEMM is not
-// off. Read at each call (the torch flag can change at run time).
+// matmul, `torch.backends.mkldnn.enabled` is on (as the op was issued, see
+// OneDnnFlagAtIssue), and VTPU_ONEDNN_GEMM is not off.
 bool onednn_gemm_enabled();
+
+// `torch.backends.mkldnn.enabled` as the calling thread should see it: the
+// value an enclosing OneDnnFlagAtIssue holds, else the global flag.
+bool torch_onednn_flag();
+
+// Holds the torch flag's value at an op's issue on the thread that runs the
+// op later (the stream's), for the op's duration: the flag is read when a
+// product runs, which may be after the Python code that set it moved on.
+class OneDnnFlagAtIssue {
+ public:
+  explicit OneDnnFlagAtIssue(bool enabled);
+  ~OneDnnFlagAtIssue();
+  OneDnnFlagAtIssue(const OneDnnFlagAtIssue&) = delete;
+  OneDnnFlagAtIssue& operator=(const OneDnnFlagAtIssue&) = delete;
+
+ private:
+  int previous_;
+};
 
 // Whether `out = bias + mat1 @ mat2` (beta, alpha as addmm's; no bias for mm)
 // is one oneDNN takes: float32 2-d operands of matching sizes, nothing empty,

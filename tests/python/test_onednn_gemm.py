@@ -159,6 +159,29 @@ def test_torch_backends_mkldnn_flag_turns_it_off_at_run_time():
     assert _runs() == before + 1
 
 
+@pytest.mark.filterwarnings("ignore:TF32 acceleration")
+def test_the_flag_counts_as_the_product_is_issued_not_as_it_runs():
+    # In fused mode a blocked product with elementwise ops over its result
+    # waits in the window (matrix-product epilogues) and runs at the flush,
+    # after the block that turned oneDNN off has ended.
+    g = torch.Generator().manual_seed(8)
+    x, w = torch.randn(256, 256, generator=g).to("vtpu"), torch.randn(768, 256, generator=g).to("vtpu")
+    with torch.backends.mkldnn.flags(enabled=False):
+        want_mkl = (x @ w.t() * 0.5).cpu()
+    want_onednn = (x @ w.t() * 0.5).cpu()
+    assert not torch.equal(want_mkl, want_onednn)
+    with torch_vtpu.mode("fused"):
+        torch.vtpu.synchronize()
+        before = _runs()
+        with torch.backends.mkldnn.flags(enabled=False):
+            off = x @ w.t() * 0.5
+        on = x @ w.t() * 0.5
+        torch.vtpu.synchronize()
+        assert _runs() == before + 1
+        assert torch.equal(off.cpu(), want_mkl)
+        assert torch.equal(on.cpu(), want_onednn)
+
+
 def test_vtpu_onednn_gemm_0_keeps_mkl():
     program = (
         "import torch, torch_vtpu\n"

@@ -403,6 +403,10 @@ bool run_bmm_in_batch_blocks(const std::string& name, torch::jit::Stack& s) {
       job.out.size(2) != job.right.size(2))
     return false;
   if (batch * job.left.size(1) * job.left.size(2) * job.right.size(2) < (std::int64_t{1} << 20)) return false;
+  // An out= whose memory overlaps an operand: blocks would read matrices
+  // other blocks (or their own call) are writing. ATen's kernel gives the
+  // CPU's result.
+  if (spans_intersect(job.out, job.left) || spans_intersect(job.out, job.right)) return false;
   // At most 8 blocks, boundaries from the batch size only.
   constexpr std::int64_t kMaxBlocks = 8;
   job.block = (batch + kMaxBlocks - 1) / kMaxBlocks;

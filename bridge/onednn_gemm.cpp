@@ -2,8 +2,13 @@
 
 #include <ATen/Context.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <atomic>
+#include <exception>
 
 #include "env_knobs.h"
 
@@ -38,9 +43,36 @@ OneDnnFlagAtIssue::OneDnnFlagAtIssue(bool enabled) : previous_(t_flag_at_issue) 
 
 OneDnnFlagAtIssue::~OneDnnFlagAtIssue() { t_flag_at_issue = previous_; }
 
+namespace {
+
+// Whether ATen's mkldnn_matmul takes float32 on this host, asked once by a
+// 2x2 product. Builds without oneDNN export a stub that raises, and ATen
+// refuses float32 unless the CPU has AVX-512 BW/VL/DQ or AVX-NE-CONVERT (or
+// ONEDNN_MAX_CPU_ISA caps oneDNN below them): AVX2-only processors keep MKL.
+bool onednn_takes_float32() {
+  static const bool takes = [] {
+    if (&at::native::mkldnn_matmul == nullptr || !at::hasMKLDNN()) return false;
+    try {
+      // Plain CPU kernels, unseen by autograd or a Python dispatch mode
+      // active where the first product is issued.
+      const c10::impl::ExcludeDispatchKeyGuard plain(
+          c10::autograd_dispatch_keyset_with_ADInplaceOrView |
+          c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+      const at::Tensor a = at::ones({2, 2}, at::kFloat), out = at::empty({2, 2}, at::kFloat);
+      at::native::mkldnn_matmul(a, a, out, 0.0F, 1.0F);
+      return out.equal(at::full({2, 2}, 2.0F, at::kFloat));
+    } catch (const std::exception&) {
+      return false;
+    }
+  }();
+  return takes;
+}
+
+}  // namespace
+
 bool onednn_gemm_enabled() {
   static const bool switched_on = env_switch("VTPU_ONEDNN_GEMM", true);
-  return switched_on && &at::native::mkldnn_matmul != nullptr && torch_onednn_flag();
+  return switched_on && torch_onednn_flag() && onednn_takes_float32();
 }
 
 bool onednn_gemm_accepts(const at::Tensor& out, const at::Tensor& mat1, const at::Tensor& mat2,

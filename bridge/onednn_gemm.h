@@ -19,9 +19,10 @@
 
 namespace vtpu::bridge {
 
-// Whether float32 products may go to oneDNN: the wheel exports ATen's oneDNN
-// matmul, `torch.backends.mkldnn.enabled` is on (as the op was issued, see
-// OneDnnFlagAtIssue), and VTPU_ONEDNN_GEMM is not off.
+// Whether float32 products may go to oneDNN: ATen's oneDNN matmul takes
+// float32 on this host (a build with oneDNN, a CPU with AVX-512 BW/VL/DQ or
+// AVX-NE-CONVERT; probed once), `torch.backends.mkldnn.enabled` is on (as
+// the op was issued, see OneDnnFlagAtIssue), and VTPU_ONEDNN_GEMM is not off.
 bool onednn_gemm_enabled();
 
 // `torch.backends.mkldnn.enabled` as the calling thread should see it: the

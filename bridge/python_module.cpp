@@ -222,6 +222,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_gemm_column_block_runs", [] { return gemm_column_block_runs(); });
   m.def("_skinny_gemm_runs", [] { return skinny_gemm_runs(); });
   m.def("_onednn_gemm_runs", [] { return onednn_gemm_runs(); });
+  m.def("_onednn_gemm_enabled", [] { return onednn_gemm_enabled(); });
   m.def("_bmm_batch_block_runs", [] { return bmm_batch_block_runs(); });
   m.def("_attention_batch_block_runs", [] { return attention_batch_block_runs(); });
   m.def("_convolution_batch_block_runs", [] { return convolution_batch_block_runs(); });

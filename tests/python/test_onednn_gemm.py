@@ -21,7 +21,10 @@ import torch
 import torch_vtpu
 
 C = torch_vtpu._C
-pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="the torch build has no oneDNN")
+pytestmark = pytest.mark.skipif(
+    not C._onednn_gemm_enabled(),
+    reason="ATen's oneDNN matmul does not take float32 here (a build without oneDNN, or a CPU without AVX-512 "
+           "BW/VL/DQ or AVX-NE-CONVERT)")
 
 
 def _runs():
@@ -193,6 +196,37 @@ def test_vtpu_onednn_gemm_0_keeps_mkl():
         out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
         assert out.stdout.split("\n")[-2] == expected, (value, out.stdout, out.stderr)
+
+
+def test_hosts_where_atens_onednn_refuses_float32_keep_mkl():
+    # ONEDNN_MAX_CPU_ISA=AVX2 caps oneDNN as on an AVX2-only processor, where
+    # ATen's mkldnn_matmul raises for float32: products must run on MKL.
+    program = (
+        "import torch, torch_vtpu\n"
+        "a, b = torch.randn(256, 1024), torch.randn(1024, 1024)\n"
+        "x, w = torch.randn(256, 256), torch.randn(256, 768)\n"
+        "q, k = torch.randn(96, 128, 64), torch.randn(96, 64, 128)\n"
+        "whole = (a.to('vtpu') @ b.to('vtpu')).cpu()\n"
+        "blocks = (x.to('vtpu') @ w.to('vtpu')).cpu()\n"
+        "batched = torch.bmm(q.to('vtpu'), k.to('vtpu')).cpu()\n"
+        "torch.testing.assert_close(blocks, x @ w, rtol=1e-5, atol=2e-4)\n"
+        "torch.testing.assert_close(batched, torch.bmm(q, k), rtol=1e-5, atol=2e-4)\n"
+        "print(torch_vtpu._C._onednn_gemm_enabled(), torch_vtpu._C._onednn_gemm_runs(), torch.equal(whole, a @ b))\n")
+    env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2")
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "False 0 True", out.stdout
+
+
+def test_batched_products_into_an_operand_give_the_cpus_result():
+    g = torch.Generator().manual_seed(9)
+    a, b = torch.randn(96, 128, 128, generator=g), torch.randn(96, 128, 128, generator=g)
+    for which in ("left", "right"):
+        cpu_a, cpu_b = a.clone(), b.clone()
+        dev_a, dev_b = a.to("vtpu"), b.to("vtpu")
+        want = torch.bmm(cpu_a, cpu_b, out=cpu_a if which == "left" else cpu_b)
+        got = torch.bmm(dev_a, dev_b, out=dev_a if which == "left" else dev_b)
+        assert torch.equal(got.cpu(), want), which
 
 
 def test_mm_ignores_what_the_out_buffer_held_and_non_finite_operands_propagate():

@@ -172,7 +172,6 @@ def test_the_flag_counts_as_the_product_is_issued_not_as_it_runs():
     with torch.backends.mkldnn.flags(enabled=False):
         want_mkl = (x @ w.t() * 0.5).cpu()
     want_onednn = (x @ w.t() * 0.5).cpu()
-    assert not torch.equal(want_mkl, want_onednn)
     with torch_vtpu.mode("fused"):
         torch.vtpu.synchronize()
         before = _runs()
@@ -191,11 +190,13 @@ def test_vtpu_onednn_gemm_0_keeps_mkl():
         "a, b = torch.randn(256, 1024), torch.randn(1024, 1024)\n"
         "got = (a.to('vtpu') @ b.to('vtpu')).cpu()\n"
         "print(torch_vtpu._C._onednn_gemm_runs(), torch.equal(got, a @ b))\n")
-    for value, expected in (("0", "0 True"), ("1", "1 False")):
+    # (oneDNN's bits differ from MKL's here on this host, but need not on every one.)
+    for value, expected in (("0", ("0", "True")), ("1", ("1",))):
         env = dict(os.environ, VTPU_ONEDNN_GEMM=value)
         out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
-        assert out.stdout.split("\n")[-2] == expected, (value, out.stdout, out.stderr)
+        got = tuple(out.stdout.split("\n")[-2].split())
+        assert got[:len(expected)] == expected, (value, out.stdout, out.stderr)
 
 
 def test_hosts_where_atens_onednn_refuses_float32_keep_mkl():

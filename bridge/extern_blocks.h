@@ -97,8 +97,13 @@ std::uint64_t attention_batch_block_runs();
 bool run_convolution_in_batch_blocks(const std::string& name, torch::jit::Stack& args,
                                      const std::vector<at::Tensor>& results);
 
-// Convolutions run in batch blocks so far.
+// Convolutions run in batch blocks so far, and their blocks in all.
 std::uint64_t convolution_batch_block_runs();
+std::uint64_t convolution_batch_blocks();
+
+// Batch elements per block of a convolution forward over `batch` elements
+// whose output takes `output_bytes_per_element` bytes per batch element.
+std::int64_t convolution_forward_block_size(std::int64_t batch, std::int64_t output_bytes_per_element);
 
 // Runs "aten::convolution_backward.out" (the out= stack `args`) or
 // "aten::convolution_backward" (its arguments, with the op's fresh outputs

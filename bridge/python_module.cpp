@@ -226,6 +226,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_bmm_batch_block_runs", [] { return bmm_batch_block_runs(); });
   m.def("_attention_batch_block_runs", [] { return attention_batch_block_runs(); });
   m.def("_convolution_batch_block_runs", [] { return convolution_batch_block_runs(); });
+  m.def("_convolution_batch_blocks", [] { return convolution_batch_blocks(); });
   m.def("_convolution_backward_batch_block_runs", [] { return convolution_backward_batch_block_runs(); });
   m.def("_layer_norm_row_block_runs", [] { return layer_norm_row_block_runs(); });
   m.def("_wait_for_fusion_compiles", [] {

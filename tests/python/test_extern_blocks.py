@@ -313,6 +313,28 @@ def test_convolution_in_batch_blocks_matches_the_cpu_and_every_mode_bitwise(case
         assert torch.equal(got["strict"].cpu(), want)
 
 
+@needs_mkl
+@pytest.mark.parametrize("batch, cin, cout, size, blocks", [
+    (32, 3, 32, 32, 8),      # 128 KiB of output per image: 8 blocks of 4
+    (32, 32, 64, 32, 16),    # 256 KiB per image: blocks of 2, each block's output 512 KiB
+    (4, 8, 48, 64, 4),       # 768 KiB per image: one image per block
+    (5, 8, 16, 9, 5),        # a small batch: one image per block, as before
+])
+def test_convolution_blocks_keep_each_blocks_output_within_half_a_mebibyte(batch, cin, cout, size, blocks):
+    # oneDNN reorders a plain convolution's output from its blocked layout;
+    # the reorder slows sharply once a block's output outgrows the L2, so
+    # blocks are cut smaller there (convolution_forward_block_size).
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(batch * cout)
+    x = torch.randn(batch, cin, size, size, generator=g)
+    w = torch.randn(cout, cin, 3, 3, generator=g)
+    torch.vtpu.synchronize()
+    before = torch_vtpu._C._convolution_batch_blocks()
+    got = F.conv2d(x.to("vtpu"), w.to("vtpu"), padding=1).cpu()
+    assert torch_vtpu._C._convolution_batch_blocks() - before == blocks
+    torch.testing.assert_close(got, F.conv2d(x, w, padding=1), rtol=1e-5, atol=1e-4)
+
+
 def test_convolution_of_one_batch_element_or_float64_stays_on_atens_kernel():
     import torch.nn.functional as F
     g = torch.Generator().manual_seed(7)

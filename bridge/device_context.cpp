@@ -13,6 +13,7 @@
 
 #include "call_site.h"
 #include "stream_task.h"
+#include "sync_debug.h"
 #include "vtpu/runtime/memory_size.h"
 
 namespace vtpu::bridge {
@@ -288,8 +289,10 @@ void DeviceContext::wait_for_queued_work() {
     wait_blocking([&] { stream_->wait_for(queued); });
 }
 
-void DeviceContext::synchronize(const char* reason) {
+void DeviceContext::synchronize(const char* reason, const char* op) {
   check_not_in_forked_child();
+  // A task on the stream's own thread waits for nothing.
+  if (!stream_->on_worker_thread()) check_host_sync(reason, op);
   metrics_.count_sync(reason);
   if (stream_->on_worker_thread()) return;
   flush_window(reason, /*count=*/false);

@@ -111,8 +111,10 @@ class DeviceContext {
   void wait_for_queued_work();
 
   // Waits for the stream and raises the first asynchronous error, counting
-  // the synchronisation under `reason`.
-  void synchronize(const char* reason);
+  // the synchronisation under `reason`. `op` (optional) names the op that
+  // needs it, for torch.vtpu.set_sync_debug_mode's warning or error, which
+  // comes first (sync_debug.h).
+  void synchronize(const char* reason, const char* op = nullptr);
   // Runs `wait` (a blocking wait on the stream) with the GIL released when
   // held: a queued task may need it.
   void wait_blocking(const std::function<void()>& wait);

@@ -274,7 +274,7 @@ void run_synchronously(const c10::OperatorHandle& op, Stack* stack, const char* 
   const auto& schema = op.schema();
   const std::size_t num_args = schema.arguments().size();
   const std::size_t first = stack->size() - num_args;
-  context.synchronize(reason);
+  context.synchronize(reason, schema.name().c_str());
 
   std::vector<at::Tensor> device_args;
   for (std::size_t i = first; i < stack->size(); ++i)

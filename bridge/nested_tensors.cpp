@@ -74,7 +74,7 @@ void nested_host_fallback(const c10::OperatorHandle& op, Stack* stack) {
   context.metrics().count_host_fallback(name);
   // Arguments are read and written through CPU aliases: queued kernels must
   // have finished with them.
-  context.synchronize("nested_op");
+  context.synchronize("nested_op", name.c_str());
 
   // An explicit CPU device argument (`nt.to("cpu")`) asks for CPU results.
   bool results_on_cpu = false;

@@ -16,6 +16,7 @@
 #include "onednn_gemm.h"
 #include "fused_window.h"
 #include "generated_kernels.h"
+#include "sync_debug.h"
 #include "vtpu/runtime/error.h"
 #include "vtpu/runtime/memory_size.h"
 #include "vtpu/cache/shared_tier.h"
@@ -139,6 +140,11 @@ PYBIND11_MODULE(_C, m) {
   register_collectives(m);
   register_device_trace();
   m.def("_synchronize", [] { guarded([] { synchronize_device(); }); });
+  m.def("_set_sync_debug_mode", [](int mode) {
+    if (mode < 0 || mode > 2) throw std::invalid_argument("sync debug mode must be 0, 1 or 2");
+    set_sync_debug_mode(static_cast<SyncDebugMode>(mode));
+  });
+  m.def("_get_sync_debug_mode", [] { return static_cast<int>(sync_debug_mode()); });
   // A compiled program's chain boundary (torch_vtpu/compiler/schedule.py).
   m.def("_end_fused_chain", [] { guarded([] { end_fused_chain(); }); });
   m.def("_get_mode", [] { return std::string(mode_name(DeviceContext::get().mode())); });

@@ -223,7 +223,7 @@ void sparse_host_fallback(const c10::OperatorHandle& op, Stack* stack) {
   if (writes_only_dense_arguments(schema, *stack, first)) return queue_sparse_op(op, stack, first, name);
   // Dense arguments are read and written in place through CPU aliases: queued
   // kernels must have finished with them.
-  context.synchronize("sparse_op");
+  context.synchronize("sparse_op", name.c_str());
 
   c10::Device device(kVtpu, 0);
   std::vector<std::pair<at::Tensor, at::Tensor>> sparse_args;  // (device tensor, CPU copy)

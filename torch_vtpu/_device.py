@@ -69,6 +69,40 @@ def synchronize(device: _DeviceLike = None) -> None:
     _C._synchronize()
 
 
+_SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+
+
+def set_sync_debug_mode(debug_mode: Union[int, str]) -> None:
+    """Warn about, or refuse, operations that make the host wait for the device.
+
+    As ``torch.cuda.set_sync_debug_mode``: ``"default"`` or 0 allows them
+    silently, ``"warn"`` or 1 warns (UserWarning) at each one, ``"error"`` or 2
+    raises RuntimeError before it waits, leaving queued and fused work as it
+    was. Reported: host reads (``.item()``, ``.cpu()``, ``.tolist()``,
+    printing), blocking uploads too large to queue, ops whose output shape
+    depends on the values (``nonzero``, ``masked_select``, ``unique``) and
+    other ops that run at once on the host. Not reported: the waits asked for
+    (``torch.vtpu.synchronize()``, stream and event synchronisation,
+    ``empty_cache()``, switching modes, collectives). The setting is
+    process-wide.
+    """
+    if isinstance(debug_mode, str):
+        if debug_mode not in _SYNC_DEBUG_MODES:
+            # RuntimeError, as torch.cuda.set_sync_debug_mode raises
+            raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, `error`")
+        debug_mode = _SYNC_DEBUG_MODES[debug_mode]
+    elif isinstance(debug_mode, bool) or not isinstance(debug_mode, int):
+        raise TypeError(f"debug_mode must be an int or a str, got {type(debug_mode).__name__}")
+    if debug_mode not in (0, 1, 2):
+        raise RuntimeError(f"invalid value of debug_mode {debug_mode}, expected 0, 1 or 2")
+    _C._set_sync_debug_mode(debug_mode)
+
+
+def get_sync_debug_mode() -> int:
+    """The level torch.vtpu.set_sync_debug_mode set: 0 default, 1 warn, 2 error."""
+    return _C._get_sync_debug_mode()
+
+
 def is_initialized() -> bool:
     return True
 

@@ -23,5 +23,6 @@ def _clean_device_state():
     except Exception:  # an earlier test's deliberate async error
         pass
     yield
+    torch.vtpu.set_sync_debug_mode("default")
     torch_vtpu.set_mode("strict")
     torch_vtpu.set_fused_min_elements(_SESSION_FUSED_MIN_ELEMENTS)

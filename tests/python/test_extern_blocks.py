@@ -335,7 +335,7 @@ def test_convolution_blocks_keep_each_blocks_output_within_half_a_mebibyte(batch
     torch.testing.assert_close(got, F.conv2d(x, w, padding=1), rtol=1e-5, atol=1e-4)
 
 
-def test_convolution_of_one_batch_element_or_float64_stays_on_atens_kernel():
+def test_convolution_of_one_batch_element_float64_float16_or_mixed_dtypes_stays_on_atens_kernel():
     import torch.nn.functional as F
     g = torch.Generator().manual_seed(7)
     before = _convolution_runs()
@@ -343,6 +343,11 @@ def test_convolution_of_one_batch_element_or_float64_stays_on_atens_kernel():
     assert torch.equal(F.conv2d(x.to("vtpu"), w.to("vtpu")).cpu(), F.conv2d(x, w))
     x64, w64 = x.double().repeat(2, 1, 1, 1), w.double()
     assert torch.equal(F.conv2d(x64.to("vtpu"), w64.to("vtpu")).cpu(), F.conv2d(x64, w64))
+    x16, w16 = x64.half(), w64.half()
+    assert torch.equal(F.conv2d(x16.to("vtpu"), w16.to("vtpu")).cpu(), F.conv2d(x16, w16))
+    # mixed dtypes: ATen's kernel raises its own error
+    with pytest.raises(RuntimeError):
+        F.conv2d(x64.float().bfloat16().to("vtpu"), w64.float().to("vtpu")).cpu()
     assert _convolution_runs() == before
 
 

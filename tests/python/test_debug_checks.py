@@ -143,6 +143,22 @@ def test_crosscheck_passes_correct_kernels(debug_checks):
     assert torch.allclose(result.cpu(), program(cpu), rtol=1.3e-6, atol=1e-5)
 
 
+def test_crosscheck_compares_conjugated_and_negated_views_by_value(debug_checks):
+    # The CPU reference of `_conj` is a lazily conjugated view; compared by
+    # its stored values it differed from the device's (materialised) result
+    # (CrossCheckError "max abs error 0"), and every complex backward raised.
+    torch_vtpu.debug.crosscheck(True)
+    torch.manual_seed(0)
+    x = torch.randn(4, dtype=torch.complex64)
+    xv = x.to("vtpu").requires_grad_()
+    before = torch_vtpu.debug._counts["crosscheck"]
+    (xv * xv.conj()).real.sum().backward()
+    assert torch_vtpu.debug._counts["crosscheck"] > before
+    torch.testing.assert_close(xv.grad.cpu(), 2 * x)
+    torch.testing.assert_close((xv.detach().conj() * 2).cpu(), x.conj() * 2)
+    torch.testing.assert_close(torch.neg(xv.detach()).conj().cpu(), -x.conj())
+
+
 def test_environment_variables_turn_the_checks_on():
     script = textwrap.dedent("""
         import torch, torch_vtpu

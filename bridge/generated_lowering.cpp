@@ -341,7 +341,15 @@ const std::unordered_map<std::string, CustomLowering>& custom_lowerings() {
       if (!integral && dtype != at::kFloat && dtype != at::kDouble) return {};
       const auto length = arange_length(a[0].toScalar(), a[1].toScalar(), a[2].toScalar(), dtype);
       if (!length) return {};
-      if (out.numel() != *length) out.resize_({*length});
+      if (out.numel() != *length) {
+        if (out.numel() > 0)  // ATen's CPU kernel's warning, word for word
+          TORCH_WARN("The number of elements in the out tensor of shape ", out.sizes(), " is ", out.numel(),
+                     " which does not match the computed number of elements ", *length,
+                     ". Note that this may occur as a result of rounding error. The out tensor will be resized to a "
+                     "tensor of shape (",
+                     *length, ",).");
+        out.resize_({*length});
+      }
       if (!out.is_contiguous()) return {};
       return launch_generated_indexed(OpKind::Arange, out, {wrapped_number(a[0].toScalar()), wrapped_number(a[2].toScalar())},
                                       {{"size", *length}, {"dtype", *to_ir_dtype(dtype)}});

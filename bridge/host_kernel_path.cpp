@@ -269,6 +269,27 @@ void maybe_corrupt(const std::string& name, const std::vector<at::Tensor>& resul
 
 // Runs the op at once on a drained stream and maps its results back to the
 // device: data-dependent shapes, host-value returns, ops without meta.
+// arange.start_out on the host at once, its result uploaded (queued): the
+// op reads no device memory, and only its CPU kernel knows the CPU's length.
+// That kernel computes the length in doubles (int64: in integers) where the
+// meta kernel uses Python's exact integers; beyond 2^53 they disagree
+// (arange(2**53, 2**53 + 3, dtype=float64): 4 elements against 3), and the
+// queued CPU kernel could then neither shrink the device output (leaving
+// unwritten elements) nor grow it (found by review). Ends with `out`.
+void run_arange_on_host(Stack* stack, std::size_t first) {
+  const c10::Scalar start = (*stack)[first].toScalar(), end = (*stack)[first + 1].toScalar(),
+                    step = (*stack)[first + 2].toScalar();
+  at::Tensor out = (*stack)[first + 3].toTensor();
+  // The out's own size first: the CPU kernel warns when it must resize a
+  // non-empty out, as on the CPU.
+  at::Tensor host = at::empty(out.sizes(), out.options().device(at::kCPU));
+  at::arange_out(host, start, end, step);
+  if (out.sizes() != host.sizes()) out.resize_(host.sizes());
+  out.copy_(host, /*non_blocking=*/true);
+  stack->erase(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  stack->emplace_back(std::move(out));
+}
+
 void run_synchronously(const c10::OperatorHandle& op, Stack* stack, const char* reason) {
   DeviceContext& context = DeviceContext::get();
   const auto& schema = op.schema();
@@ -438,6 +459,7 @@ void run_on_host_kernel_path(const c10::OperatorHandle& op, Stack* stack) {
   context.metrics().count_op();
   context.metrics().count_host_fallback(name);
   if (!returns_only_tensors(schema)) return run_synchronously(op, stack, "host_value_op");
+  if (name == "aten::arange.start_out") return run_arange_on_host(stack, first);
   // A Python kernel (torch.library) runs at the call, as on the CPU: queued,
   // it would read Python state as it is when the stream gets to it, and vtpu
   // ops it issues itself would run ahead of the work queued before it.

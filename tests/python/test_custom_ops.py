@@ -244,6 +244,39 @@ def test_integer_arange_with_fractional_arguments_is_the_cpus(mode, dtype):
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.float64, torch.float32,
+                                   torch.bfloat16, torch.float16])
+def test_arange_beyond_two_to_the_53_has_the_cpus_length_and_values(mode, dtype):
+    """The CPU kernel computes arange's length in doubles (int64: integers), the meta
+    kernel in exact integers: they disagree beyond 2^53, and vtpu gave the meta's length
+    with unwritten elements (arange(2**62, 2**62 + 10, 3, dtype=int32): 4 leftover values
+    where the CPU has none) or raised "Trying to resize storage that is not resizable"
+    (arange(2**53, 2**53 + 3, dtype=float64): the CPU has 4 elements)."""
+    torch_vtpu.set_mode(mode)
+    for args in [(2**62, 2**62 + 10, 3), (2**53, 2**53 + 3, 1), (2**62, 2**62 + 1, 1), (-(2**60), -(2**60) + 7, 2),
+                 (0, 5, 0.5)]:
+        try:
+            want = torch.arange(*args, dtype=dtype)
+        except Exception as error:  # a dtype that cannot hold the values
+            with pytest.raises(type(error)):
+                torch.arange(*args, dtype=dtype, device="vtpu").cpu()
+            continue
+        got = torch.arange(*args, dtype=dtype, device="vtpu").cpu()
+        assert got.dtype == dtype and got.shape == want.shape and torch.equal(got, want), args
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_arange_into_an_out_of_another_size_warns_as_the_cpu(mode):
+    torch_vtpu.set_mode(mode)
+    for dtype in (torch.float32, torch.bfloat16):
+        out = torch.zeros(7, dtype=dtype, device="vtpu")
+        with pytest.warns(UserWarning, match=r"out tensor of shape \[7\] is 7 which does not match the computed "
+                                             r"number of elements 3"):
+            torch.arange(0, 3, out=out)
+        assert torch.equal(out.cpu(), torch.arange(0, 3, dtype=dtype))
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_set_checks_the_storage_offset_and_strides_as_the_cpu(mode):
     torch_vtpu.set_mode(mode)
     for device in ["cpu", "vtpu"]:

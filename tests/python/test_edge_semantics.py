@@ -602,3 +602,27 @@ def test_scalar_arguments_convert_as_atens_do(mode, case):
         actual = op(t.to("vtpu")).cpu()
     assert actual.dtype == expected.dtype
     torch.testing.assert_close(actual, expected, equal_nan=True)
+
+
+NORM_CASES = [([1e20, 1e20], 2), ([1e20, 1e20], 3), ([3e38, 3e38], 1), ([1e19] * 5000, 2), ([1e-40, 1.0], -2),
+              ([1.0, 2.0, 3.0], 2), ([1.8e19, 0.0], 2)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_vector_norm_overflows_where_the_cpus_float_sum_does(mode, dtype):
+    """float32 and 16-bit norms sum |x|^p in float on the CPU (and CUDA): past FLT_MAX
+    the norm is inf, or 0 for a negative p. vtpu summed in double and gave 1.41e20 for
+    [1e20, 1e20] (found by review); float64 keeps its finite results."""
+    torch_vtpu.set_mode(mode)
+    for values, p in NORM_CASES:
+        x = torch.tensor(values, dtype=dtype)
+        want = torch.linalg.vector_norm(x, p)
+        got = torch.linalg.vector_norm(x.to("vtpu"), p).cpu()
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=0, msg=f"{values[:2]} p={p}")
+    grads = torch.tensor([1e20, 1e20], dtype=dtype)
+    param = torch.nn.Parameter(torch.zeros(2, dtype=dtype, device="vtpu"))
+    param.grad = grads.to("vtpu")
+    if dtype != torch.float64:
+        with pytest.raises(RuntimeError, match="non-finite"):
+            torch.nn.utils.clip_grad_norm_([param], 1.0, error_if_nonfinite=True)

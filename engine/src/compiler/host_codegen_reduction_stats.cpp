@@ -120,6 +120,11 @@ StatsKernel describe(const ir::Node& node, DType in_dtype) {
       const double p = node.attrs.get_double("p", 2.0);
       Pass sum = sum_of_value;
       k.finish = "p0";
+      // The sum runs in double; ATen's (and CUDA's) float32 and 16-bit norms
+      // sum in float, which overflows once the sum passes FLT_MAX: the norm
+      // of [1e20, 1e20] is inf there. Partial sums of |x|^p only grow, so
+      // the double sum passing FLT_MAX is where the float one overflows.
+      const std::string total = k.t == "float" ? "(p0 > 3.4028234663852886e38 ? (double)INFINITY : p0)" : "p0";
       if (std::isinf(p)) {
         // max/min of |x|, NaN-propagating like ATen's inf-norms.
         k.passes.push_back({"T", p > 0 ? "T(0)" : "T(INFINITY)", "std::fabs(x)",
@@ -128,14 +133,15 @@ StatsKernel describe(const ir::Node& node, DType in_dtype) {
       }
       if (p == 2.0) {
         sum.value = "static_cast<double>(x) * static_cast<double>(x)";
-        k.finish = "std::sqrt(p0)";
+        k.finish = "std::sqrt(" + total + ")";
       } else if (p == 1.0) {
         sum.value = "std::fabs(static_cast<double>(x))";
+        k.finish = total;
       } else if (p == 0.0) {
         sum.value = "x != T(0) ? 1.0 : 0.0";  // NaN counts as non-zero, as in ATen
       } else {
         sum.value = "std::pow(std::fabs(static_cast<double>(x)), s[0])";
-        k.finish = "std::pow(p0, 1.0 / s[0])";
+        k.finish = "std::pow(" + total + ", 1.0 / s[0])";
       }
       k.passes.push_back(sum);
       return k;

@@ -39,7 +39,9 @@ double mean_of(const std::vector<double>& v) {
   return s / static_cast<double>(v.size());
 }
 
-double float_reduce(OpKind op, const Attributes& a, const std::vector<double>& v) {
+// `single`: the op computes in float (float32 and 16-bit inputs), where ATen's
+// sum of |x|^p overflows past FLT_MAX (the double sum here does not).
+double float_reduce(OpKind op, const Attributes& a, const std::vector<double>& v, bool single) {
   const double n = static_cast<double>(v.size());
   switch (op) {
     case OpKind::Sum: { double s = 0; for (double x : v) s += x; return s; }
@@ -86,6 +88,7 @@ double float_reduce(OpKind op, const Attributes& a, const std::vector<double>& v
       }
       double s = 0;
       for (double x : v) s += p == 0 ? (x != 0) : std::pow(std::fabs(x), p);
+      if (single && s > static_cast<double>(std::numeric_limits<float>::max())) s = kInf;
       return (p == 0 || p == 1) ? s : std::pow(s, 1.0 / p);
     }
     default: return 0;
@@ -151,7 +154,7 @@ Buffer eval_reduction(const Node& node, const std::vector<const Buffer*>& in) {
     }
     std::vector<double> v = read_lane(x, groups[g]);
     for (double& e : v) e = round_to_compute(node.common_dtype, e);
-    store_double(out, o, float_reduce(node.op, node.attrs, v));
+    store_double(out, o, float_reduce(node.op, node.attrs, v, compute_type(node.common_dtype) != DType::kFloat64));
   }
   return out;
 }

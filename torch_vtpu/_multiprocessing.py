@@ -6,8 +6,10 @@ failed inside multiprocessing's queue feeder thread, where nobody sees the error
 DataLoader whose spawned workers returned vtpu tensors waited forever. A vtpu tensor
 now travels as a CPU copy in shared memory and is moved back to vtpu by the receiver:
 the receiver gets equal values, not shared memory (an in-place change on one side is
-not seen on the other, unlike CUDA's IPC).
+not seen on the other, unlike CUDA's IPC), and each tensor of a message is its own copy
+(a view and its base arrive as two tensors that share no storage).
 """
+import multiprocessing
 from multiprocessing import reduction
 
 import torch
@@ -28,7 +30,20 @@ def reduce_tensor(tensor: torch.Tensor):
         return _torch_reduce_tensor(tensor)
     if tensor.requires_grad and not tensor.is_leaf:
         return _torch_reduce_tensor(tensor)  # torch's own error for non-leaf tensors that require grad
-    return (_rebuild_on_device, (type(tensor), tensor.detach().to("cpu"), tensor.requires_grad))
+    host = tensor.detach().to("cpu")
+    popen = multiprocessing.context.get_spawning_popen()
+    if popen is not None:
+        # Pickled as a spawned process's arguments: spawn and forkserver hand the child
+        # the shared memory's file descriptor itself, not a duplicate, when the process
+        # starts, after pickling. The copy, which nothing else holds, closed it first and
+        # the child failed to unpickle ("unable to resize file"): it lives as long as the
+        # process's Popen object. (Queues duplicate the descriptor as they pickle.)
+        kept = getattr(popen, "_vtpu_host_copies", None)
+        if kept is None:
+            kept = []
+            popen._vtpu_host_copies = kept
+        kept.append(host)
+    return (_rebuild_on_device, (type(tensor), host, tensor.requires_grad))
 
 
 def install() -> None:

@@ -98,6 +98,46 @@ def test_dataloader_workers_and_device_tensors(tmp_path):
     assert "spawn: [('vtpu', [0.0, 1.0, 2.0, 3.0]), ('vtpu', [4.0, 5.0, 6.0, 7.0])]" in out.stdout
 
 
+def test_device_tensors_as_a_spawned_processs_arguments(tmp_path):
+    # Spawn passes the shared copy's file descriptor itself to the child when the
+    # process starts; the copy was dropped after pickling, closing it, and the child
+    # died unpickling ("unable to resize file"), a queue read from it hung (found by
+    # review). A DataLoader whose spawned workers get a vtpu dataset, and mp.spawn,
+    # take the same path.
+    out = _run("""
+        import torch, torch_vtpu
+        import torch.multiprocessing as mp
+        from torch.utils.data import DataLoader, TensorDataset
+
+        def child(t, weight, q):
+            q.put((str(t.device), t.sum().item(), type(weight).__name__, weight.requires_grad))
+
+        def spawned(rank, t, q):
+            q.put(t.sum().item() + rank)
+
+        if __name__ == "__main__":
+            ctx = mp.get_context("spawn")
+            q = ctx.Queue()
+            x = torch.ones(1000, device="vtpu") * 2
+            w = torch.nn.Parameter(torch.ones(3, device="vtpu"))
+            p = ctx.Process(target=child, args=(x, w, q))
+            p.start()
+            print("process:", q.get(timeout=120))
+            p.join(60)
+            print("exit code:", p.exitcode)
+            mp.spawn(spawned, args=(x, q), nprocs=1)
+            print("mp.spawn:", q.get(timeout=60))
+            data = TensorDataset(torch.arange(8.0, device="vtpu"))
+            batches = list(DataLoader(data, batch_size=4, num_workers=1, multiprocessing_context="spawn"))
+            print("loader:", [b[0].tolist() for b in batches])
+    """, timeout=300, directory=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "process: ('vtpu:0', 2000.0, 'Parameter', True)" in out.stdout, out.stdout + out.stderr
+    assert "exit code: 0" in out.stdout
+    assert "mp.spawn: 2000.0" in out.stdout
+    assert "loader: [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]" in out.stdout
+
+
 def test_device_tensors_pickle_for_other_processes_as_copies():
     from multiprocessing.reduction import ForkingPickler
     import io

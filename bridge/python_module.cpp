@@ -145,6 +145,11 @@ PYBIND11_MODULE(_C, m) {
     set_sync_debug_mode(static_cast<SyncDebugMode>(mode));
   });
   m.def("_get_sync_debug_mode", [] { return static_cast<int>(sync_debug_mode()); });
+  m.def("_set_sync_debug_exempt", [](bool exempt) {
+    const bool before = sync_debug_exempt();
+    set_sync_debug_exempt(exempt);
+    return before;
+  });
   // A compiled program's chain boundary (torch_vtpu/compiler/schedule.py).
   m.def("_end_fused_chain", [] { guarded([] { end_fused_chain(); }); });
   m.def("_get_mode", [] { return std::string(mode_name(DeviceContext::get().mode())); });

@@ -20,4 +20,9 @@ SyncDebugMode sync_debug_mode();
 // or flushes, so a refused read leaves queued and pending work as it was.
 void check_host_sync(const char* reason, const char* op);
 
+// The calling thread's host reads pass unreported while set (vtpu's own
+// Python code reading on the user's behalf: torch_vtpu._sync_debug_exempt()).
+void set_sync_debug_exempt(bool exempt);
+bool sync_debug_exempt();
+
 }  // namespace vtpu::bridge

@@ -98,6 +98,17 @@ def set_sync_debug_mode(debug_mode: Union[int, str]) -> None:
     _C._set_sync_debug_mode(debug_mode)
 
 
+@contextlib.contextmanager
+def _sync_debug_exempt():
+    """This thread's host reads pass set_sync_debug_mode unreported: vtpu's own reads
+    on the user's behalf (debug mode's CPU cross-check, pickling for another process)."""
+    before = _C._set_sync_debug_exempt(True)
+    try:
+        yield
+    finally:
+        _C._set_sync_debug_exempt(before)
+
+
 def get_sync_debug_mode() -> int:
     """The level torch.vtpu.set_sync_debug_mode set: 0 default, 1 warn, 2 error."""
     return _C._get_sync_debug_mode()

@@ -30,7 +30,10 @@ def reduce_tensor(tensor: torch.Tensor):
         return _torch_reduce_tensor(tensor)
     if tensor.requires_grad and not tensor.is_leaf:
         return _torch_reduce_tensor(tensor)  # torch's own error for non-leaf tensors that require grad
-    host = tensor.detach().to("cpu")
+    from ._device import _sync_debug_exempt
+
+    with _sync_debug_exempt():  # often in a queue's feeder thread, where an error is lost
+        host = tensor.detach().to("cpu")
     popen = multiprocessing.context.get_spawning_popen()
     if popen is not None:
         # Pickled as a spawned process's arguments: spawn and forkserver hand the child

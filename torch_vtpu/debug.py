@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_flatten, tree_map
 
 from . import _C
+from ._device import _sync_debug_exempt
 
 __all__ = [
     "CrossCheckError",
@@ -220,7 +221,7 @@ class _Checker(TorchDispatchMode):
         # The checks' own ops run with every dispatch mode off: under a tracer
         # (make_fx, torch.func.linearize) they would be traced, and their
         # .item() raised "trying to get value out of a tracing tensor".
-        with _disable_current_modes():
+        with _disable_current_modes(), _sync_debug_exempt():
             inputs_finite = nans and all(_finite(x) for x in flat_in)
             cpu_args = tree_map(_to_cpu, (args, kwargs)) if cross else None
 
@@ -229,7 +230,7 @@ class _Checker(TorchDispatchMode):
 
         if nans:
             _counts["nans"] += 1
-        with _disable_current_modes():
+        with _disable_current_modes(), _sync_debug_exempt():
             if inputs_finite:
                 for o in flat_out:
                     if _is_vtpu(o) and not _finite(o):

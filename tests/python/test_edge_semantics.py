@@ -605,7 +605,9 @@ def test_scalar_arguments_convert_as_atens_do(mode, case):
 
 
 NORM_CASES = [([1e20, 1e20], 2), ([1e20, 1e20], 3), ([3e38, 3e38], 1), ([1e19] * 5000, 2), ([1e-40, 1.0], -2),
-              ([1.0, 2.0, 3.0], 2), ([1.8e19, 0.0], 2)]
+              ([1.0, 2.0, 3.0], 2), ([1.8e19, 0.0], 2),
+              # sums just past FLT_MAX that round back to it in float: finite on the CPU
+              ([3.4028234663852886e38, 1e30], 1), ([1.8446743e19, 5.0281617e15], 2)]
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -130,12 +130,19 @@ def test_device_tensors_as_a_spawned_processs_arguments(tmp_path):
             data = TensorDataset(torch.arange(8.0, device="vtpu"))
             batches = list(DataLoader(data, batch_size=4, num_workers=1, multiprocessing_context="spawn"))
             print("loader:", [b[0].tolist() for b in batches])
+            # the copy a queue's feeder thread makes is vtpu's own read, not the user's
+            torch.vtpu.set_sync_debug_mode("error")
+            q.put(x)
+            back = q.get(timeout=60)
+            torch.vtpu.set_sync_debug_mode("default")
+            print("queue in error mode:", back.sum().item())
     """, timeout=300, directory=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "process: ('vtpu:0', 2000.0, 'Parameter', True)" in out.stdout, out.stdout + out.stderr
     assert "exit code: 0" in out.stdout
     assert "mp.spawn: 2000.0" in out.stdout
     assert "loader: [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]" in out.stdout
+    assert "queue in error mode: 2000.0" in out.stdout
 
 
 def test_device_tensors_pickle_for_other_processes_as_copies():

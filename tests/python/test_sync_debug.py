@@ -129,3 +129,36 @@ def test_default_mode_is_silent():
         assert x.sum().item() == 6.0
         assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
         assert torch.nonzero(x).shape == (3, 1)
+
+
+def test_out_and_storage_resizes_pass_in_error_mode_and_leave_a_whole_tensor():
+    # A storage resize is no synchronisation on CUDA, and its callers change the
+    # tensor's sizes first: refused, it left a tensor larger than its storage and a
+    # later write crashed the process (found by review).
+    a = torch.randn(1 << 18, device="vtpu")
+    small = torch.zeros(4, device="vtpu")
+    grown = torch.zeros(4, device="vtpu")
+    torch.vtpu.set_sync_debug_mode("error")
+    torch.add(a, a, out=small)
+    grown.resize_(1 << 16)
+    grown.fill_(1.0)
+    torch.vtpu.set_sync_debug_mode("default")
+    assert small.untyped_storage().nbytes() >= small.numel() * 4
+    assert torch.equal(small.cpu(), (a + a).cpu())
+    assert grown.cpu().sum().item() == float(1 << 16)
+
+
+def test_vtpus_own_reads_pass_error_mode():
+    # debug mode's CPU cross-check reads every result on the host for the user
+    import torch_vtpu.debug as debug
+
+    x = torch.randn(64)
+    with torch_vtpu.mode("debug"):
+        debug.crosscheck(True)
+        try:
+            torch.vtpu.set_sync_debug_mode("error")
+            y = torch.relu(x.to("vtpu")) + 1
+        finally:
+            torch.vtpu.set_sync_debug_mode("default")
+            debug.crosscheck(False)
+    assert torch.equal(y.cpu(), torch.relu(x) + 1)

@@ -121,10 +121,11 @@ StatsKernel describe(const ir::Node& node, DType in_dtype) {
       Pass sum = sum_of_value;
       k.finish = "p0";
       // The sum runs in double; ATen's (and CUDA's) float32 and 16-bit norms
-      // sum in float, which overflows once the sum passes FLT_MAX: the norm
-      // of [1e20, 1e20] is inf there. Partial sums of |x|^p only grow, so
-      // the double sum passing FLT_MAX is where the float one overflows.
-      const std::string total = k.t == "float" ? "(p0 > 3.4028234663852886e38 ? (double)INFINITY : p0)" : "p0";
+      // sum in float, which overflows once the sum rounds past FLT_MAX: the
+      // norm of [1e20, 1e20] is inf there. Partial sums of |x|^p only grow,
+      // so the double sum rounding to a float inf is where the float one
+      // overflows.
+      const std::string total = k.t == "float" ? "(std::isinf(static_cast<float>(p0)) ? (double)INFINITY : p0)" : "p0";
       if (std::isinf(p)) {
         // max/min of |x|, NaN-propagating like ATen's inf-norms.
         k.passes.push_back({"T", p > 0 ? "T(0)" : "T(INFINITY)", "std::fabs(x)",

@@ -88,7 +88,7 @@ double float_reduce(OpKind op, const Attributes& a, const std::vector<double>& v
       }
       double s = 0;
       for (double x : v) s += p == 0 ? (x != 0) : std::pow(std::fabs(x), p);
-      if (single && s > static_cast<double>(std::numeric_limits<float>::max())) s = kInf;
+      if (single && std::isinf(static_cast<float>(s))) s = kInf;
       return (p == 0 || p == 1) ? s : std::pow(s, 1.0 / p);
     }
     default: return 0;
